@@ -1,0 +1,38 @@
+//! `proofkit`: one subcommand per engine, plus `bench`, the main job (a short run of every
+//! engine's benchmark beside its peer). Errors are printed as one line; the exit code is non-zero.
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod randomx;
+mod util;
+
+#[derive(Parser)]
+#[command(name = "proofkit", version, about = "Proof-of-work, VDF and state-root engines")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// RandomX (Monero's proof of work, v1 and v2)
+    Randomx(randomx::Args),
+    /// The main job: every engine's benchmark beside its peer
+    Bench(bench::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Randomx(a) => randomx::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("proofkit: {e}");
+        std::process::exit(match e.downcast_ref::<util::ExitCode>() {
+            Some(c) => c.0,
+            None => 2,
+        });
+    }
+}

@@ -1,0 +1,276 @@
+//! Large, page-aligned, zero-initialised anonymous memory for datasets, caches and scratchpads.
+//!
+//! The page size matters enormously for RandomX-style random access (on a 2-core Cascade Lake
+//! the reference runs 3.9x faster in fast mode with 2 MiB pages). [`LargeBuffer::new`] tries, in
+//! order: explicit hugetlb pages (`MAP_HUGETLB`, only when asked, since they must be reserved by
+//! root in `/proc/sys/vm/nr_hugepages`), transparent huge pages (`madvise(MADV_HUGEPAGE)` on a
+//! 2 MiB-aligned region; works without configuration when THP is `always` or `madvise`), and
+//! plain 4 KiB pages. It reports which one it got as a [`PageKind`].
+
+use std::fmt;
+
+const HUGE_PAGE: usize = 2 << 20;
+
+/// What backs a [`LargeBuffer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum PageKind {
+    /// Reserved 2 MiB hugetlb pages (`MAP_HUGETLB`).
+    Hugetlb2M,
+    /// Transparent huge pages requested with `madvise(MADV_HUGEPAGE)`.
+    Transparent2M,
+    /// Ordinary 4 KiB pages.
+    Small4K,
+    /// A heap allocation (non-Linux fallback).
+    Heap,
+}
+
+impl fmt::Display for PageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PageKind::Hugetlb2M => "2 MiB hugetlb",
+            PageKind::Transparent2M => "2 MiB transparent (THP madvise)",
+            PageKind::Small4K => "4 KiB",
+            PageKind::Heap => "heap",
+        })
+    }
+}
+
+/// Which page sizes a caller will accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PagePolicy {
+    /// Try hugetlb, then THP, then 4 KiB.
+    HugetlbFirst,
+    /// Try THP, then 4 KiB (no configuration needed).
+    #[default]
+    Transparent,
+    /// 4 KiB pages only (for measuring the page-size effect).
+    SmallOnly,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error("cannot map {bytes} bytes: {source}")]
+    Map { bytes: usize, source: std::io::Error },
+    #[error("zero-sized buffer requested")]
+    Empty,
+}
+
+/// An owned, zero-initialised, page-aligned byte region.
+pub struct LargeBuffer {
+    ptr: *mut u8,
+    len: usize,
+    /// What munmap must be given back (the region may have been over-mapped for alignment).
+    map_ptr: *mut u8,
+    map_len: usize,
+    kind: PageKind,
+}
+
+// SAFETY: LargeBuffer owns its mapping exclusively, like a Box<[u8]>; shared access only hands
+// out &[u8] and mutable access requires &mut self.
+unsafe impl Send for LargeBuffer {}
+// SAFETY: see above; &LargeBuffer only yields shared reads.
+unsafe impl Sync for LargeBuffer {}
+
+impl LargeBuffer {
+    /// Maps `len` zeroed bytes following `policy`.
+    pub fn new(len: usize, policy: PagePolicy) -> Result<Self, MemoryError> {
+        if len == 0 {
+            return Err(MemoryError::Empty);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            if policy == PagePolicy::HugetlbFirst {
+                if let Some(b) = Self::map_hugetlb(len) {
+                    return Ok(b);
+                }
+            }
+            Self::map_anonymous(len, policy != PagePolicy::SmallOnly)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = policy;
+            let v = vec![0u8; len].into_boxed_slice();
+            let len = v.len();
+            let ptr = Box::into_raw(v) as *mut u8;
+            Ok(LargeBuffer { ptr, len, map_ptr: ptr, map_len: len, kind: PageKind::Heap })
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn map_hugetlb(len: usize) -> Option<Self> {
+        let map_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        // SAFETY: an anonymous private mapping with no address hint has no preconditions; the
+        // result is checked against MAP_FAILED before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let p = p as *mut u8;
+        Some(LargeBuffer { ptr: p, len, map_ptr: p, map_len, kind: PageKind::Hugetlb2M })
+    }
+
+    #[cfg(target_os = "linux")]
+    fn map_anonymous(len: usize, want_thp: bool) -> Result<Self, MemoryError> {
+        let thp = want_thp && len >= HUGE_PAGE && thp_available();
+        // Over-map by one huge page so that the used region can start on a 2 MiB boundary:
+        // THP only backs aligned 2 MiB extents.
+        let map_len = if thp { len + HUGE_PAGE } else { len };
+        // SAFETY: as in map_hugetlb.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MemoryError::Map { bytes: len, source: std::io::Error::last_os_error() });
+        }
+        let map_ptr = p as *mut u8;
+        if !thp {
+            return Ok(LargeBuffer { ptr: map_ptr, len, map_ptr, map_len, kind: PageKind::Small4K });
+        }
+        let offset = (HUGE_PAGE - (map_ptr as usize) % HUGE_PAGE) % HUGE_PAGE;
+        // SAFETY: offset < HUGE_PAGE and map_len = len + HUGE_PAGE, so [ptr, ptr+len) lies inside
+        // the mapping.
+        let ptr = unsafe { map_ptr.add(offset) };
+        // SAFETY: madvise on a sub-range of our own mapping; failure only means no THP.
+        let advised = unsafe { libc::madvise(ptr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) } == 0;
+        let kind = if advised { PageKind::Transparent2M } else { PageKind::Small4K };
+        Ok(LargeBuffer { ptr, len, map_ptr, map_len, kind })
+    }
+
+    pub fn kind(&self) -> PageKind {
+        self.kind
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised (zero-filled by the kernel) bytes for our lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self guarantees exclusivity.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Views the buffer as u64 words (the buffer is page-aligned, so alignment always holds;
+    /// a trailing partial word is not included).
+    pub fn as_u64_slice(&self) -> &[u64] {
+        // SAFETY: page alignment >= 8; the length is rounded down to whole words.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u64, self.len / 8) }
+    }
+
+    pub fn as_u64_slice_mut(&mut self) -> &mut [u64] {
+        // SAFETY: as above, exclusive through &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u64, self.len / 8) }
+    }
+}
+
+impl Drop for LargeBuffer {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: map_ptr/map_len are exactly what mmap returned and nothing else unmaps them.
+        unsafe {
+            libc::munmap(self.map_ptr as *mut libc::c_void, self.map_len);
+        }
+        #[cfg(not(target_os = "linux"))]
+        // SAFETY: built from Box::into_raw of a boxed slice of map_len bytes.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.map_ptr, self.map_len)));
+        }
+    }
+}
+
+impl fmt::Debug for LargeBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LargeBuffer").field("len", &self.len).field("kind", &self.kind).finish()
+    }
+}
+
+/// True when the kernel honours `MADV_HUGEPAGE` (THP mode `always` or `madvise`).
+pub fn thp_available() -> bool {
+    match std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") {
+        Ok(s) => s.contains("[always]") || s.contains("[madvise]"),
+        Err(_) => false,
+    }
+}
+
+/// Number of free reserved hugetlb pages (`HugePages_Free` in /proc/meminfo).
+pub fn free_hugetlb_pages() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("HugePages_Free:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_pages_are_zeroed_and_writable() {
+        let mut b = LargeBuffer::new(10_000, PagePolicy::SmallOnly).unwrap();
+        assert_eq!(b.kind(), PageKind::Small4K);
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+        b.as_mut_slice()[9_999] = 7;
+        assert_eq!(b.as_slice()[9_999], 7);
+        assert_eq!(b.as_u64_slice().len(), 1250);
+    }
+
+    #[test]
+    fn thp_region_is_aligned() {
+        let b = LargeBuffer::new(6 << 20, PagePolicy::Transparent).unwrap();
+        if thp_available() {
+            assert_eq!(b.kind(), PageKind::Transparent2M);
+            assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0);
+        } else {
+            eprintln!("skipped: THP not available on this kernel");
+        }
+    }
+
+    #[test]
+    fn hugetlb_falls_back_cleanly() {
+        let b = LargeBuffer::new(4 << 20, PagePolicy::HugetlbFirst).unwrap();
+        assert!(matches!(b.kind(), PageKind::Hugetlb2M | PageKind::Transparent2M | PageKind::Small4K));
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn empty_is_an_error() {
+        assert!(matches!(LargeBuffer::new(0, PagePolicy::Transparent), Err(MemoryError::Empty)));
+    }
+}
