@@ -35,12 +35,17 @@ pub fn allowed_cpus() -> Vec<usize> {
             if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
                 return Vec::new();
             }
-            (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect()
+        (0..std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1))
+            .collect()
     }
 }
 
@@ -50,7 +55,9 @@ mod tests {
     fn can_pin_to_an_allowed_core() {
         let cpus = super::allowed_cpus();
         assert!(!cpus.is_empty());
-        let ok = std::thread::spawn(|| super::pin_current_thread(0)).join().unwrap();
+        let ok = std::thread::spawn(|| super::pin_current_thread(0))
+            .join()
+            .unwrap();
         assert!(ok);
     }
 }

@@ -75,7 +75,9 @@ pub fn model_name() -> String {
 /// True when the environment variable `name` is set to something other than "" or "0": the
 /// switch used for forcing fallbacks (`PROOFKIT_FORCE_PORTABLE=1`, ...).
 pub fn env_flag(name: &str) -> bool {
-    std::env::var(name).map(|v| !v.is_empty() && v != "0").unwrap_or(false)
+    std::env::var(name)
+        .map(|v| !v.is_empty() && v != "0")
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -93,6 +95,12 @@ mod tests {
         if a.avx512f {
             assert!(a.avx2);
         }
-        assert_eq!(a.names().len(), [a.aes, a.ssse3, a.sse41, a.avx2, a.avx512f, a.avx512bw, a.sha, a.bmi2].iter().filter(|x| **x).count());
+        assert_eq!(
+            a.names().len(),
+            [a.aes, a.ssse3, a.sse41, a.avx2, a.avx512f, a.avx512bw, a.sha, a.bmi2]
+                .iter()
+                .filter(|x| **x)
+                .count()
+        );
     }
 }

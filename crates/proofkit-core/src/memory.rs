@@ -50,7 +50,10 @@ pub enum PagePolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
     #[error("cannot map {bytes} bytes: {source}")]
-    Map { bytes: usize, source: std::io::Error },
+    Map {
+        bytes: usize,
+        source: std::io::Error,
+    },
     #[error("zero-sized buffer requested")]
     Empty,
 }
@@ -92,7 +95,13 @@ impl LargeBuffer {
             let v = vec![0u8; len].into_boxed_slice();
             let len = v.len();
             let ptr = Box::into_raw(v) as *mut u8;
-            Ok(LargeBuffer { ptr, len, map_ptr: ptr, map_len: len, kind: PageKind::Heap })
+            Ok(LargeBuffer {
+                ptr,
+                len,
+                map_ptr: ptr,
+                map_len: len,
+                kind: PageKind::Heap,
+            })
         }
     }
 
@@ -115,7 +124,13 @@ impl LargeBuffer {
             return None;
         }
         let p = p as *mut u8;
-        Some(LargeBuffer { ptr: p, len, map_ptr: p, map_len, kind: PageKind::Hugetlb2M })
+        Some(LargeBuffer {
+            ptr: p,
+            len,
+            map_ptr: p,
+            map_len,
+            kind: PageKind::Hugetlb2M,
+        })
     }
 
     #[cfg(target_os = "linux")]
@@ -136,20 +151,40 @@ impl LargeBuffer {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(MemoryError::Map { bytes: len, source: std::io::Error::last_os_error() });
+            return Err(MemoryError::Map {
+                bytes: len,
+                source: std::io::Error::last_os_error(),
+            });
         }
         let map_ptr = p as *mut u8;
         if !thp {
-            return Ok(LargeBuffer { ptr: map_ptr, len, map_ptr, map_len, kind: PageKind::Small4K });
+            return Ok(LargeBuffer {
+                ptr: map_ptr,
+                len,
+                map_ptr,
+                map_len,
+                kind: PageKind::Small4K,
+            });
         }
         let offset = (HUGE_PAGE - (map_ptr as usize) % HUGE_PAGE) % HUGE_PAGE;
         // SAFETY: offset < HUGE_PAGE and map_len = len + HUGE_PAGE, so [ptr, ptr+len) lies inside
         // the mapping.
         let ptr = unsafe { map_ptr.add(offset) };
         // SAFETY: madvise on a sub-range of our own mapping; failure only means no THP.
-        let advised = unsafe { libc::madvise(ptr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) } == 0;
-        let kind = if advised { PageKind::Transparent2M } else { PageKind::Small4K };
-        Ok(LargeBuffer { ptr, len, map_ptr, map_len, kind })
+        let advised =
+            unsafe { libc::madvise(ptr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) } == 0;
+        let kind = if advised {
+            PageKind::Transparent2M
+        } else {
+            PageKind::Small4K
+        };
+        Ok(LargeBuffer {
+            ptr,
+            len,
+            map_ptr,
+            map_len,
+            kind,
+        })
     }
 
     pub fn kind(&self) -> PageKind {
@@ -205,14 +240,20 @@ impl Drop for LargeBuffer {
         #[cfg(not(target_os = "linux"))]
         // SAFETY: built from Box::into_raw of a boxed slice of map_len bytes.
         unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.map_ptr, self.map_len)));
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.map_ptr,
+                self.map_len,
+            )));
         }
     }
 }
 
 impl fmt::Debug for LargeBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LargeBuffer").field("len", &self.len).field("kind", &self.kind).finish()
+        f.debug_struct("LargeBuffer")
+            .field("len", &self.len)
+            .field("kind", &self.kind)
+            .finish()
     }
 }
 
@@ -265,12 +306,18 @@ mod tests {
     #[test]
     fn hugetlb_falls_back_cleanly() {
         let b = LargeBuffer::new(4 << 20, PagePolicy::HugetlbFirst).unwrap();
-        assert!(matches!(b.kind(), PageKind::Hugetlb2M | PageKind::Transparent2M | PageKind::Small4K));
+        assert!(matches!(
+            b.kind(),
+            PageKind::Hugetlb2M | PageKind::Transparent2M | PageKind::Small4K
+        ));
         assert!(b.as_slice().iter().all(|&x| x == 0));
     }
 
     #[test]
     fn empty_is_an_error() {
-        assert!(matches!(LargeBuffer::new(0, PagePolicy::Transparent), Err(MemoryError::Empty)));
+        assert!(matches!(
+            LargeBuffer::new(0, PagePolicy::Transparent),
+            Err(MemoryError::Empty)
+        ));
     }
 }

@@ -15,18 +15,27 @@ fn status_field_kb(text: &str, field: &str) -> Option<u64> {
 
 /// Peak resident set size of this process in KiB (`VmHWM`), or 0 where unavailable.
 pub fn peak_rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status").ok().and_then(|s| status_field_kb(&s, "VmHWM:")).unwrap_or(0)
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| status_field_kb(&s, "VmHWM:"))
+        .unwrap_or(0)
 }
 
 /// Current resident set size in KiB (`VmRSS`).
 pub fn current_rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status").ok().and_then(|s| status_field_kb(&s, "VmRSS:")).unwrap_or(0)
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| status_field_kb(&s, "VmRSS:"))
+        .unwrap_or(0)
 }
 
 /// Current unique set size in KiB, or 0 where `/proc/self/smaps_rollup` is unavailable.
 pub fn current_uss_kb() -> u64 {
     match std::fs::read_to_string("/proc/self/smaps_rollup") {
-        Ok(s) => status_field_kb(&s, "Private_Clean:").unwrap_or(0) + status_field_kb(&s, "Private_Dirty:").unwrap_or(0),
+        Ok(s) => {
+            status_field_kb(&s, "Private_Clean:").unwrap_or(0)
+                + status_field_kb(&s, "Private_Dirty:").unwrap_or(0)
+        }
         Err(_) => 0,
     }
 }
@@ -56,7 +65,11 @@ impl UssSampler {
                 std::thread::sleep(period);
             }
         });
-        UssSampler { stop, peak, thread: Some(thread) }
+        UssSampler {
+            stop,
+            peak,
+            thread: Some(thread),
+        }
     }
 
     /// Stops sampling and returns the peak USS in KiB (including one last sample).
@@ -95,7 +108,12 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let uss = sampler.finish();
         std::hint::black_box(&v);
-        assert!(peak_rss_kb() >= 60 * 1024, "peak rss {} before {}", peak_rss_kb(), before);
+        assert!(
+            peak_rss_kb() >= 60 * 1024,
+            "peak rss {} before {}",
+            peak_rss_kb(),
+            before
+        );
         assert!(uss >= 60 * 1024, "uss {uss}");
     }
 

@@ -16,7 +16,11 @@ pub struct Report {
 
 impl Report {
     pub fn new(bench: &str, columns: &[&str]) -> Self {
-        Report { bench: bench.into(), columns: columns.iter().map(|c| c.to_string()).collect(), ..Default::default() }
+        Report {
+            bench: bench.into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
     }
 
     /// Adds a row given as (column, value) pairs; columns not listed are shown as "---".
@@ -35,7 +39,10 @@ impl Report {
     pub fn to_json(&self) -> Value {
         let mut o = Map::new();
         o.insert("bench".into(), Value::String(self.bench.clone()));
-        o.insert("rows".into(), Value::Array(self.rows.iter().cloned().map(Value::Object).collect()));
+        o.insert(
+            "rows".into(),
+            Value::Array(self.rows.iter().cloned().map(Value::Object).collect()),
+        );
         if !self.info.is_empty() {
             o.insert("info".into(), Value::Object(self.info.clone()));
         }
@@ -47,13 +54,25 @@ impl Report {
         let cells: Vec<Vec<String>> = self
             .rows
             .iter()
-            .map(|r| self.columns.iter().map(|c| r.get(c).map(render).unwrap_or_else(|| "---".into())).collect())
+            .map(|r| {
+                self.columns
+                    .iter()
+                    .map(|c| r.get(c).map(render).unwrap_or_else(|| "---".into()))
+                    .collect()
+            })
             .collect();
         let widths: Vec<usize> = self
             .columns
             .iter()
             .enumerate()
-            .map(|(i, c)| cells.iter().map(|r| r[i].len()).chain([c.len(), 3]).max().unwrap_or(3))
+            .map(|(i, c)| {
+                cells
+                    .iter()
+                    .map(|r| r[i].len())
+                    .chain([c.len(), 3])
+                    .max()
+                    .unwrap_or(3)
+            })
             .collect();
         let mut out = String::new();
         out.push('|');
@@ -138,7 +157,11 @@ mod tests {
     #[test]
     fn table_and_json_agree() {
         let mut r = Report::new("demo", &["impl", "H/s", "peak_rss_kb"]);
-        r.push(vec![("impl", json!("proofkit")), ("H/s", json!(512.25)), ("peak_rss_kb", json!(1234))]);
+        r.push(vec![
+            ("impl", json!("proofkit")),
+            ("H/s", json!(512.25)),
+            ("peak_rss_kb", json!(1234)),
+        ]);
         r.push(vec![("impl", json!("peer"))]);
         let md = r.to_markdown();
         assert!(md.contains("| proofkit |"), "{md}");

@@ -1,0 +1,149 @@
+//! The RandomX Cache (specs.md 7.1 and 7.2): the 256 MiB Argon2d memory of a key plus the eight
+//! SuperscalarHash programs generated from it, and dataset item generation from them (7.3), which
+//! light mode runs for every dataset read and fast mode runs once per item to build the Dataset.
+#![deny(unsafe_code)]
+
+use crate::blake::BlakeGenerator;
+use crate::config::{CACHE_ACCESSES, CACHE_ITEM_COUNT, CACHE_SIZE};
+use crate::superscalar::SuperscalarProgram;
+use crate::Error;
+use proofkit_core::memory::{LargeBuffer, PageKind, PagePolicy};
+
+/// Register initialisation constants of 7.3 step 1.
+const ITEM_MUL: u64 = 6364136223846793005;
+const ITEM_XOR: [u64; 7] = [
+    9298411001130361340,
+    12065312585734608966,
+    9306329213124626780,
+    5281919268842080866,
+    10536153434571861004,
+    3398623926847679864,
+    9549104520008361294,
+];
+
+/// A key's cache. Immutable once built; [`Cache::reinit`] re-keys it in place.
+pub struct Cache {
+    memory: LargeBuffer,
+    key: Vec<u8>,
+    programs: Vec<SuperscalarProgram>,
+}
+
+impl Cache {
+    /// Allocates and initialises the cache for `key` (any length: Argon2 takes it whole, the
+    /// SuperscalarHash generator its first 60 bytes).
+    pub fn new(key: &[u8], pages: PagePolicy) -> Result<Self, Error> {
+        let memory = LargeBuffer::new(CACHE_SIZE, pages)?;
+        let mut c = Cache {
+            memory,
+            key: Vec::new(),
+            programs: Vec::new(),
+        };
+        c.fill(key)?;
+        Ok(c)
+    }
+
+    /// An allocated cache with no key yet (for the C API's alloc/init split).
+    pub fn alloc(pages: PagePolicy) -> Result<Self, Error> {
+        Ok(Cache {
+            memory: LargeBuffer::new(CACHE_SIZE, pages)?,
+            key: Vec::new(),
+            programs: Vec::new(),
+        })
+    }
+
+    /// Re-keys the cache; a no-op when `key` is the current key.
+    pub fn reinit(&mut self, key: &[u8]) -> Result<(), Error> {
+        if self.is_initialized() && self.key == key {
+            return Ok(());
+        }
+        self.fill(key)
+    }
+
+    fn fill(&mut self, key: &[u8]) -> Result<(), Error> {
+        self.programs.clear();
+        crate::argon2_fill::fill(&mut self.memory, key)
+            .map_err(|e| Error::Argon2(e.to_string()))?;
+        let mut gen = BlakeGenerator::new(key, 0);
+        self.programs = (0..CACHE_ACCESSES)
+            .map(|_| SuperscalarProgram::generate(&mut gen))
+            .collect();
+        self.key = key.to_vec();
+        Ok(())
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.programs.len() == CACHE_ACCESSES
+    }
+
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    pub fn page_kind(&self) -> PageKind {
+        self.memory.kind()
+    }
+
+    /// The Argon2 memory as little-endian u64 words.
+    pub fn words(&self) -> &[u64] {
+        self.memory.as_u64_slice()
+    }
+
+    /// The raw memory (for the C API's `randomx_get_cache_memory`).
+    pub fn memory_ptr(&self) -> *const u8 {
+        self.memory.as_ptr()
+    }
+
+    pub fn programs(&self) -> &[SuperscalarProgram] {
+        &self.programs
+    }
+
+    /// Dataset item `item` (specs.md 7.3).
+    #[inline]
+    pub fn dataset_item(&self, item: u64) -> [u64; 8] {
+        debug_assert!(self.is_initialized());
+        let words = self.words();
+        let r0 = item.wrapping_add(1).wrapping_mul(ITEM_MUL);
+        let mut r = [r0, 0, 0, 0, 0, 0, 0, 0];
+        for i in 0..7 {
+            r[i + 1] = r0 ^ ITEM_XOR[i];
+        }
+        let mut cache_index = item;
+        for prog in &self.programs {
+            let base = ((cache_index % CACHE_ITEM_COUNT) * 8) as usize;
+            let mix = &words[base..base + 8];
+            prog.execute(&mut r);
+            for j in 0..8 {
+                r[j] ^= mix[j];
+            }
+            cache_index = r[prog.address_register];
+        }
+        r
+    }
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("key_len", &self.key.len())
+            .field("pages", &self.memory.kind())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xor_constants_are_the_documented_hash() {
+        // 7.3: bytes 8..64 of Hash512("RandomX SuperScalarHash initialize"), r1 += 2^33 + 700,
+        // r3 += 2^14.
+        let h = crate::blake::hash512(b"RandomX SuperScalarHash initialize");
+        let mut c: Vec<u64> = (1..8)
+            .map(|i| u64::from_le_bytes(h[8 * i..8 * i + 8].try_into().unwrap()))
+            .collect();
+        c[0] = c[0].wrapping_add((1 << 33) + 700);
+        c[2] = c[2].wrapping_add(1 << 14);
+        assert_eq!(c, ITEM_XOR);
+    }
+}

@@ -1,0 +1,143 @@
+//! The 2080 MiB Dataset of fast mode (specs.md chapter 7): every item computed from the Cache,
+//! in parallel on all cores, with a progress callback.
+#![allow(unsafe_code)]
+
+use crate::cache::Cache;
+use crate::config::{DATASET_ITEM_COUNT, DATASET_SIZE};
+use crate::Error;
+use proofkit_core::memory::{LargeBuffer, PageKind, PagePolicy};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Items per work unit of the parallel build (and per progress report).
+const CHUNK_ITEMS: u64 = 1 << 15;
+
+pub struct Dataset {
+    memory: LargeBuffer,
+}
+
+impl Dataset {
+    /// Allocates the dataset (uninitialised: all zero).
+    pub fn alloc(pages: PagePolicy) -> Result<Self, Error> {
+        Ok(Dataset {
+            memory: LargeBuffer::new(DATASET_SIZE as usize, pages)?,
+        })
+    }
+
+    /// Allocates and builds the dataset from `cache` on `threads` threads, calling
+    /// `progress(done_items, total_items)` as work completes.
+    pub fn build(
+        cache: &Cache,
+        pages: PagePolicy,
+        threads: usize,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Self, Error> {
+        let mut d = Self::alloc(pages)?;
+        d.init_parallel(cache, threads, progress)?;
+        Ok(d)
+    }
+
+    /// Computes every item from `cache` on `threads` threads.
+    pub fn init_parallel(
+        &mut self,
+        cache: &Cache,
+        threads: usize,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<(), Error> {
+        if !cache.is_initialized() {
+            return Err(Error::CacheNotInitialized);
+        }
+        let threads = threads.max(1);
+        let words = self.memory.as_u64_slice_mut();
+        let chunks = Mutex::new(words.chunks_mut((CHUNK_ITEMS * 8) as usize).enumerate());
+        let done = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (chunks, done) = (&chunks, &done);
+                s.spawn(move || {
+                    proofkit_core::affinity::pin_current_thread(t);
+                    loop {
+                        let next = chunks.lock().unwrap_or_else(|p| p.into_inner()).next();
+                        let Some((ci, chunk)) = next else { break };
+                        let first = ci as u64 * CHUNK_ITEMS;
+                        for (k, item) in chunk.chunks_exact_mut(8).enumerate() {
+                            item.copy_from_slice(&cache.dataset_item(first + k as u64));
+                        }
+                        let n = done.fetch_add((chunk.len() / 8) as u64, Ordering::Relaxed)
+                            + (chunk.len() / 8) as u64;
+                        progress(n, DATASET_ITEM_COUNT);
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+
+    /// Computes items `start .. start + count` (the C API's `randomx_init_dataset`).
+    pub fn init_range(&mut self, cache: &Cache, start: u64, count: u64) -> Result<(), Error> {
+        let end = start
+            .checked_add(count)
+            .filter(|&e| e <= DATASET_ITEM_COUNT)
+            .ok_or(Error::ItemRange { start, count })?;
+        if !cache.is_initialized() {
+            return Err(Error::CacheNotInitialized);
+        }
+        let words = &mut self.memory.as_u64_slice_mut()[(start * 8) as usize..(end * 8) as usize];
+        for (k, item) in words.chunks_exact_mut(8).enumerate() {
+            item.copy_from_slice(&cache.dataset_item(start + k as u64));
+        }
+        Ok(())
+    }
+
+    /// Like [`Dataset::init_range`] through a shared reference, so that several threads can
+    /// initialise disjoint ranges of one dataset (what C callers of `randomx_init_dataset` do).
+    ///
+    /// # Safety
+    /// No other thread may read or write items `start .. start + count` during the call.
+    pub unsafe fn init_range_shared(
+        &self,
+        cache: &Cache,
+        start: u64,
+        count: u64,
+    ) -> Result<(), Error> {
+        let end = start
+            .checked_add(count)
+            .filter(|&e| e <= DATASET_ITEM_COUNT)
+            .ok_or(Error::ItemRange { start, count })?;
+        if !cache.is_initialized() {
+            return Err(Error::CacheNotInitialized);
+        }
+        let base = self.memory.as_ptr() as *mut u64;
+        for i in start..end {
+            let item = cache.dataset_item(i);
+            // SAFETY: i < DATASET_ITEM_COUNT so the 8 words lie inside the mapping; the caller
+            // guarantees exclusive access to this range.
+            unsafe { std::ptr::copy_nonoverlapping(item.as_ptr(), base.add((i * 8) as usize), 8) };
+        }
+        Ok(())
+    }
+
+    /// Item `i` (i < DATASET_ITEM_COUNT).
+    #[inline(always)]
+    pub fn item(&self, i: u64) -> &[u64] {
+        let w = self.memory.as_u64_slice();
+        let b = (i * 8) as usize;
+        &w[b..b + 8]
+    }
+
+    pub fn page_kind(&self) -> PageKind {
+        self.memory.kind()
+    }
+
+    pub fn memory_ptr(&self) -> *const u8 {
+        self.memory.as_ptr()
+    }
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataset")
+            .field("pages", &self.memory.kind())
+            .finish()
+    }
+}

@@ -1,0 +1,374 @@
+//! The RandomX virtual machine (specs.md chapter 4) and the hash of chapter 2: scratchpad fill
+//! with AesGenerator1R, a chain of `RANDOMX_PROGRAM_COUNT` programs from AesGenerator4R, the
+//! scratchpad fingerprint with AesHash1R and the final Blake2b. One VM per thread; the Cache or
+//! Dataset it reads is shared read-only.
+#![deny(unsafe_code)]
+
+pub mod float;
+pub mod interpreter;
+
+use crate::aes::Aes;
+use crate::blake::{hash256, hash512};
+use crate::cache::Cache;
+use crate::config::*;
+use crate::dataset::Dataset;
+use crate::program::Program;
+use crate::Error;
+use proofkit_core::memory::{LargeBuffer, PageKind, PagePolicy};
+use std::sync::Arc;
+
+/// What a VM reads dataset items from: a Cache (light mode, items computed on the fly) or a
+/// Dataset (fast mode).
+#[derive(Clone, Debug)]
+pub enum DatasetSource {
+    Light(Arc<Cache>),
+    Fast(Arc<Dataset>),
+}
+
+impl DatasetSource {
+    #[inline(always)]
+    fn xor_item(&self, item: u64, r: &mut [u64; 9]) {
+        match self {
+            DatasetSource::Light(c) => {
+                let it = c.dataset_item(item);
+                for i in 0..8 {
+                    r[i] ^= it[i];
+                }
+            }
+            DatasetSource::Fast(d) => {
+                let it = d.item(item);
+                for i in 0..8 {
+                    r[i] ^= it[i];
+                }
+            }
+        }
+    }
+}
+
+/// The register file hashed at the end of each program (specs.md chapter 2): r0-r7, f0-f3,
+/// e0-e3, a0-a3, each FP register as (low, high) doubles.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RegisterFile {
+    pub r: [u64; 8],
+    pub f: [[f64; 2]; 4],
+    pub e: [[f64; 2]; 4],
+    pub a: [[f64; 2]; 4],
+}
+
+impl RegisterFile {
+    pub fn to_bytes(&self) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        for i in 0..8 {
+            b[8 * i..8 * i + 8].copy_from_slice(&self.r[i].to_le_bytes());
+        }
+        for (g, group) in [&self.f, &self.e, &self.a].into_iter().enumerate() {
+            for i in 0..4 {
+                for h in 0..2 {
+                    let o = 64 + 64 * g + 16 * i + 8 * h;
+                    b[o..o + 8].copy_from_slice(&group[i][h].to_bits().to_le_bytes());
+                }
+            }
+        }
+        b
+    }
+}
+
+/// Options of a VM.
+#[derive(Clone, Copy, Debug)]
+pub struct VmOptions {
+    pub version: Version,
+    pub aes: Aes,
+    pub pages: PagePolicy,
+}
+
+impl Default for VmOptions {
+    fn default() -> Self {
+        VmOptions {
+            version: Version::V1,
+            aes: Aes::detect(),
+            pages: PagePolicy::Transparent,
+        }
+    }
+}
+
+/// Program configuration derived from the 128-byte entropy block (specs.md 4.5).
+struct Config {
+    read_reg: [usize; 4],
+    dataset_offset: u64,
+    e_mask: [u64; 2],
+}
+
+fn small_positive_float(entropy: u64) -> f64 {
+    let exponent = ((entropy >> 59) + 1023) & 0x7ff;
+    f64::from_bits((exponent << 52) | (entropy & ((1 << 52) - 1)))
+}
+
+fn float_mask(entropy: u64) -> u64 {
+    let exponent = 0x300 | ((entropy >> 60) << 4);
+    (entropy & ((1 << 22) - 1)) | (exponent << 52)
+}
+
+/// A RandomX virtual machine.
+pub struct Vm {
+    source: DatasetSource,
+    opts: VmOptions,
+    scratchpad: LargeBuffer,
+    regs: RegisterFile,
+    /// Generator state / chain seed (`tempHash` of the batch API).
+    seed: [u8; 64],
+    program_bytes: Vec<u8>,
+    batch_pending: bool,
+}
+
+impl Vm {
+    pub fn new(source: DatasetSource, opts: VmOptions) -> Result<Self, Error> {
+        if let DatasetSource::Light(c) = &source {
+            if !c.is_initialized() {
+                return Err(Error::CacheNotInitialized);
+            }
+        }
+        Ok(Vm {
+            source,
+            opts,
+            scratchpad: LargeBuffer::new(SCRATCHPAD_L3, opts.pages)?,
+            regs: RegisterFile::default(),
+            seed: [0; 64],
+            program_bytes: vec![0; 128 + 8 * PROGRAM_MAX_SIZE],
+            batch_pending: false,
+        })
+    }
+
+    /// A light-mode VM on `cache`.
+    pub fn light(cache: Arc<Cache>, version: Version) -> Result<Self, Error> {
+        Self::new(
+            DatasetSource::Light(cache),
+            VmOptions {
+                version,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// A fast-mode VM on `dataset`.
+    pub fn fast(dataset: Arc<Dataset>, version: Version) -> Result<Self, Error> {
+        Self::new(
+            DatasetSource::Fast(dataset),
+            VmOptions {
+                version,
+                ..Default::default()
+            },
+        )
+    }
+
+    pub fn set_source(&mut self, source: DatasetSource) -> Result<(), Error> {
+        if let DatasetSource::Light(c) = &source {
+            if !c.is_initialized() {
+                return Err(Error::CacheNotInitialized);
+            }
+        }
+        self.source = source;
+        Ok(())
+    }
+
+    pub fn source(&self) -> &DatasetSource {
+        &self.source
+    }
+
+    pub fn set_version(&mut self, v: Version) {
+        self.opts.version = v;
+    }
+
+    pub fn version(&self) -> Version {
+        self.opts.version
+    }
+
+    pub fn aes(&self) -> Aes {
+        self.opts.aes
+    }
+
+    pub fn scratchpad_pages(&self) -> PageKind {
+        self.scratchpad.kind()
+    }
+
+    /// The RandomX hash of `input`.
+    pub fn hash(&mut self, input: &[u8]) -> [u8; 32] {
+        self.begin(input);
+        self.run_chain();
+        self.finish()
+    }
+
+    /// Batch API: starts hashing `input`; the result comes from the next `hash_next`/`hash_last`.
+    pub fn hash_first(&mut self, input: &[u8]) {
+        self.begin(input);
+        self.batch_pending = true;
+    }
+
+    /// Batch API: finishes the pending hash (returned) and starts hashing `next_input`.
+    /// Without a pending hash (no `hash_first`), returns `Error::NoPendingHash`.
+    pub fn hash_next(&mut self, next_input: &[u8]) -> Result<[u8; 32], Error> {
+        if !self.batch_pending {
+            return Err(Error::NoPendingHash);
+        }
+        self.run_chain();
+        let out = self.finish();
+        self.begin(next_input);
+        Ok(out)
+    }
+
+    /// Batch API: finishes the pending hash.
+    pub fn hash_last(&mut self) -> Result<[u8; 32], Error> {
+        if !self.batch_pending {
+            return Err(Error::NoPendingHash);
+        }
+        self.batch_pending = false;
+        self.run_chain();
+        Ok(self.finish())
+    }
+
+    /// Steps 2-4 of chapter 2: seed and scratchpad.
+    fn begin(&mut self, input: &[u8]) {
+        self.seed = hash512(input);
+        let aes = self.opts.aes;
+        aes.fill_1r(&mut self.seed, self.scratchpad.as_mut_slice());
+    }
+
+    /// Steps 6-11 of chapter 2.
+    fn run_chain(&mut self) {
+        let mut fprc = float::ROUND_NEAREST;
+        for chain in 0..PROGRAM_COUNT {
+            self.run_program(&mut fprc);
+            if chain + 1 < PROGRAM_COUNT {
+                self.seed = hash512(&self.regs.to_bytes());
+            }
+        }
+    }
+
+    /// Steps 12-14 of chapter 2.
+    fn finish(&mut self) -> [u8; 32] {
+        let fp = self.opts.aes.hash_1r(self.scratchpad.as_slice());
+        let mut bytes = self.regs.to_bytes();
+        bytes[192..].copy_from_slice(&fp);
+        hash256(&bytes)
+    }
+
+    /// Generates a program from AesGenerator4R(seed) and runs it (4.5, 4.6).
+    fn run_program(&mut self, fprc: &mut u32) {
+        let size = self.opts.version.program_size();
+        let nbytes = 128 + 8 * size;
+        let mut gen_state = self.seed;
+        self.opts
+            .aes
+            .fill_4r(&mut gen_state, &mut self.program_bytes[..nbytes]);
+        let program = Program::from_bytes(&self.program_bytes[..nbytes], size);
+        let code = interpreter::decode(&program);
+        let ent = &program.entropy;
+
+        for i in 0..4 {
+            self.regs.a[i] = [
+                small_positive_float(ent[2 * i]),
+                small_positive_float(ent[2 * i + 1]),
+            ];
+        }
+        let mut ma = (ent[8] & CACHE_LINE_ALIGN_MASK) as u32;
+        let mut mx = ent[10] as u32;
+        let sel = ent[12];
+        let cfg = Config {
+            read_reg: [
+                (sel & 1) as usize,
+                2 + ((sel >> 1) & 1) as usize,
+                4 + ((sel >> 2) & 1) as usize,
+                6 + ((sel >> 3) & 1) as usize,
+            ],
+            dataset_offset: (ent[13] % DATASET_EXTRA_ITEMS) * 64,
+            e_mask: [float_mask(ent[14]), float_mask(ent[15])],
+        };
+        let v2 = self.opts.version == Version::V2;
+        let aes = self.opts.aes;
+
+        let mut r = [0u64; 9];
+        let mut sp_addr0 = mx;
+        let mut sp_addr1 = ma;
+        let sp = self.scratchpad.as_mut_slice();
+        for _ in 0..PROGRAM_ITERATIONS {
+            // 1: scratchpad addresses.
+            let sp_mix = r[cfg.read_reg[0]] ^ r[cfg.read_reg[1]];
+            sp_addr0 = (sp_addr0 ^ sp_mix as u32) & SCRATCHPAD_L3_MASK64;
+            sp_addr1 = (sp_addr1 ^ (sp_mix >> 32) as u32) & SCRATCHPAD_L3_MASK64;
+            // 2: integer registers from the scratchpad.
+            for i in 0..8 {
+                let a = sp_addr0 as usize + 8 * i;
+                r[i] ^= u64::from_le_bytes(sp[a..a + 8].try_into().expect("8 bytes"));
+            }
+            // 3: F and E registers.
+            for i in 0..4 {
+                let a = sp_addr1 as usize + 8 * i;
+                self.regs.f[i] = interpreter::convert_f(u64::from_le_bytes(
+                    sp[a..a + 8].try_into().expect("8 bytes"),
+                ));
+                let a = sp_addr1 as usize + 8 * (4 + i);
+                self.regs.e[i] = interpreter::convert_e(
+                    u64::from_le_bytes(sp[a..a + 8].try_into().expect("8 bytes")),
+                    &cfg.e_mask,
+                );
+            }
+            // 4: the program.
+            interpreter::execute(&code, &mut self.regs, &mut r, fprc, sp, &cfg.e_mask, v2);
+            // 5-8: dataset read (v1 prefetches through mx, v2 through ma: two iterations ahead).
+            let read = ma as u64 & CACHE_LINE_ALIGN_MASK;
+            let mix = (r[cfg.read_reg[2]] ^ r[cfg.read_reg[3]]) as u32;
+            if v2 {
+                ma ^= mix;
+            } else {
+                mx ^= mix;
+            }
+            self.source
+                .xor_item((cfg.dataset_offset + read) / 64, &mut r);
+            std::mem::swap(&mut mx, &mut ma);
+            // 9: integer registers to the scratchpad.
+            for i in 0..8 {
+                let a = sp_addr1 as usize + 8 * i;
+                sp[a..a + 8].copy_from_slice(&r[i].to_le_bytes());
+            }
+            // 10: mix F with E.
+            if v2 {
+                let mut f: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(self.regs.f[i]));
+                let e: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(self.regs.e[i]));
+                aes.mix_f_e(&mut f, &e);
+                for i in 0..4 {
+                    self.regs.f[i] = fp_from_bytes(&f[i]);
+                }
+            } else {
+                for i in 0..4 {
+                    for h in 0..2 {
+                        self.regs.f[i][h] = f64::from_bits(
+                            self.regs.f[i][h].to_bits() ^ self.regs.e[i][h].to_bits(),
+                        );
+                    }
+                }
+            }
+            // 11: F registers to the scratchpad.
+            for i in 0..4 {
+                let a = sp_addr0 as usize + 16 * i;
+                sp[a..a + 16].copy_from_slice(&fp_bytes(self.regs.f[i]));
+            }
+            // 12.
+            sp_addr0 = 0;
+            sp_addr1 = 0;
+        }
+        self.regs.r.copy_from_slice(&r[..8]);
+    }
+}
+
+fn fp_bytes(x: [f64; 2]) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&x[0].to_bits().to_le_bytes());
+    b[8..].copy_from_slice(&x[1].to_bits().to_le_bytes());
+    b
+}
+
+fn fp_from_bytes(b: &[u8; 16]) -> [f64; 2] {
+    [
+        f64::from_bits(u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
+        f64::from_bits(u64::from_le_bytes(b[8..].try_into().expect("8 bytes"))),
+    ]
+}
