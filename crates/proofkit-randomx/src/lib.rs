@@ -29,6 +29,7 @@ pub mod blake;
 pub mod cache;
 pub mod config;
 pub mod dataset;
+pub mod peer;
 pub mod program;
 pub mod reciprocal;
 pub mod superscalar;
