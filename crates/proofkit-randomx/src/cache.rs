@@ -26,18 +26,30 @@ pub struct Cache {
     memory: LargeBuffer,
     key: Vec<u8>,
     programs: Vec<SuperscalarProgram>,
+    /// The programs compiled to machine code, when the JIT is available and allowed.
+    #[cfg(target_arch = "x86_64")]
+    compiled: Option<crate::jit::superscalar_x86_64::CompiledSuperscalar>,
+    use_jit: bool,
+}
+
+/// Whether SuperscalarHash runs compiled (x86-64, unless `PROOFKIT_FORCE_PORTABLE` is set).
+fn jit_allowed() -> bool {
+    cfg!(target_arch = "x86_64") && !proofkit_core::cpu::env_flag("PROOFKIT_FORCE_PORTABLE")
 }
 
 impl Cache {
     /// Allocates and initialises the cache for `key` (any length: Argon2 takes it whole, the
     /// SuperscalarHash generator its first 60 bytes).
     pub fn new(key: &[u8], pages: PagePolicy) -> Result<Self, Error> {
-        let memory = LargeBuffer::new(CACHE_SIZE, pages)?;
-        let mut c = Cache {
-            memory,
-            key: Vec::new(),
-            programs: Vec::new(),
-        };
+        let mut c = Self::alloc(pages)?;
+        c.fill(key)?;
+        Ok(c)
+    }
+
+    /// Like [`Cache::new`], choosing whether SuperscalarHash is compiled (`jit`) or interpreted.
+    pub fn with_jit(key: &[u8], pages: PagePolicy, jit: bool) -> Result<Self, Error> {
+        let mut c = Self::alloc(pages)?;
+        c.use_jit = jit && cfg!(target_arch = "x86_64");
         c.fill(key)?;
         Ok(c)
     }
@@ -48,6 +60,9 @@ impl Cache {
             memory: LargeBuffer::new(CACHE_SIZE, pages)?,
             key: Vec::new(),
             programs: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
+            compiled: None,
+            use_jit: jit_allowed(),
         })
     }
 
@@ -93,6 +108,18 @@ impl Cache {
         self.memory.as_ptr()
     }
 
+    /// True when SuperscalarHash runs as compiled machine code.
+    pub fn superscalar_jit(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.compiled.is_some()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     pub fn programs(&self) -> &[SuperscalarProgram] {
         &self.programs
     }
@@ -108,10 +135,19 @@ impl Cache {
             r[i + 1] = r0 ^ ITEM_XOR[i];
         }
         let mut cache_index = item;
-        for prog in &self.programs {
+        for (i, prog) in self.programs.iter().enumerate() {
             let base = ((cache_index % CACHE_ITEM_COUNT) * 8) as usize;
             let mix = &words[base..base + 8];
-            prog.execute(&mut r);
+            #[cfg(target_arch = "x86_64")]
+            match &self.compiled {
+                Some(c) => c.execute(i, &mut r),
+                None => prog.execute(&mut r),
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = i;
+                prog.execute(&mut r);
+            }
             for j in 0..8 {
                 r[j] ^= mix[j];
             }

@@ -29,6 +29,8 @@ pub mod blake;
 pub mod cache;
 pub mod config;
 pub mod dataset;
+#[cfg(target_arch = "x86_64")]
+pub mod jit;
 pub mod peer;
 pub mod program;
 pub mod reciprocal;

@@ -21,7 +21,8 @@ type AllocCache = unsafe extern "C" fn(u32) -> *mut c_void;
 type InitCache = unsafe extern "C" fn(*mut c_void, *const c_void, usize);
 type Release = unsafe extern "C" fn(*mut c_void);
 type AllocDataset = unsafe extern "C" fn(u32) -> *mut c_void;
-type InitDataset = unsafe extern "C" fn(*mut c_void, *mut c_void, std::ffi::c_ulong, std::ffi::c_ulong);
+type InitDataset =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, std::ffi::c_ulong, std::ffi::c_ulong);
 type ItemCount = unsafe extern "C" fn() -> std::ffi::c_ulong;
 type GetMemory = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
 type CreateVm = unsafe extern "C" fn(u32, *mut c_void, *mut c_void) -> *mut c_void;
@@ -66,7 +67,8 @@ unsafe impl Send for PeerVm<'_> {}
 impl LibRandomx {
     /// Loads the library from `PROOFKIT_PEER_LIBRANDOMX` or [`DEFAULT_PATH`].
     pub fn load() -> Result<Self, String> {
-        let path = std::env::var("PROOFKIT_PEER_LIBRANDOMX").unwrap_or_else(|_| DEFAULT_PATH.into());
+        let path =
+            std::env::var("PROOFKIT_PEER_LIBRANDOMX").unwrap_or_else(|_| DEFAULT_PATH.into());
         // SAFETY: loading a shared library runs its initialisers; librandomx's are benign C++
         // static constructors.
         let lib = unsafe { Library::new(&path) }.map_err(|e| format!("cannot load {path}: {e}"))?;
@@ -75,7 +77,8 @@ impl LibRandomx {
 
     fn sym<T>(&self, name: &[u8]) -> Symbol<'_, T> {
         // SAFETY: every symbol is looked up with the signature of its randomx.h declaration.
-        unsafe { self.lib.get(name) }.unwrap_or_else(|e| panic!("librandomx lacks {}: {e}", String::from_utf8_lossy(name)))
+        unsafe { self.lib.get(name) }
+            .unwrap_or_else(|e| panic!("librandomx lacks {}: {e}", String::from_utf8_lossy(name)))
     }
 
     /// `randomx_get_flags()`: the flags the library recommends for this CPU.
@@ -91,7 +94,11 @@ impl LibRandomx {
             if p.is_null() {
                 return None;
             }
-            self.sym::<InitCache>(b"randomx_init_cache\0")(p, key.as_ptr() as *const c_void, key.len());
+            self.sym::<InitCache>(b"randomx_init_cache\0")(
+                p,
+                key.as_ptr() as *const c_void,
+                key.len(),
+            );
             Some(PeerCache { lib: self, ptr: p })
         }
     }
@@ -102,12 +109,24 @@ impl LibRandomx {
     }
 
     /// Allocates a dataset and initialises items `start..start+count` on `threads` threads.
-    pub fn dataset(&self, flags: u32, cache: &PeerCache<'_>, threads: usize) -> Option<PeerDataset<'_>> {
+    pub fn dataset(
+        &self,
+        flags: u32,
+        cache: &PeerCache<'_>,
+        threads: usize,
+    ) -> Option<PeerDataset<'_>> {
         let total = self.dataset_item_count();
         self.dataset_range(flags, cache, 0, total, threads)
     }
 
-    pub fn dataset_range(&self, flags: u32, cache: &PeerCache<'_>, start: u64, count: u64, threads: usize) -> Option<PeerDataset<'_>> {
+    pub fn dataset_range(
+        &self,
+        flags: u32,
+        cache: &PeerCache<'_>,
+        start: u64,
+        count: u64,
+        threads: usize,
+    ) -> Option<PeerDataset<'_>> {
         // SAFETY: alloc checked for NULL; init_dataset is documented as callable from several
         // threads on disjoint item ranges of one dataset.
         unsafe {
@@ -122,7 +141,11 @@ impl LibRandomx {
             std::thread::scope(|s| {
                 for t in 0..threads {
                     let first = start + t * per;
-                    let n = if t + 1 == threads { count - t * per } else { per };
+                    let n = if t + 1 == threads {
+                        count - t * per
+                    } else {
+                        per
+                    };
                     let init = &init;
                     s.spawn(move || init(pd as *mut c_void, pc as *mut c_void, first as _, n as _));
                 }
@@ -131,7 +154,12 @@ impl LibRandomx {
         }
     }
 
-    pub fn vm<'a>(&'a self, flags: u32, cache: Option<&PeerCache<'a>>, dataset: Option<&PeerDataset<'a>>) -> Option<PeerVm<'a>> {
+    pub fn vm<'a>(
+        &'a self,
+        flags: u32,
+        cache: Option<&PeerCache<'a>>,
+        dataset: Option<&PeerDataset<'a>>,
+    ) -> Option<PeerVm<'a>> {
         // SAFETY: create_vm returns NULL on invalid combinations (checked).
         unsafe {
             let p = self.sym::<CreateVm>(b"randomx_create_vm\0")(
@@ -151,7 +179,8 @@ impl PeerCache<'_> {
         // SAFETY: the symbol has the randomx.h signature; the memory is the 256 MiB buffer and
         // callers pass i < 32 Mi.
         unsafe {
-            let get: Symbol<'_, GetMemory> = self.lib.lib.get(b"randomx_get_cache_memory\0").ok()?;
+            let get: Symbol<'_, GetMemory> =
+                self.lib.lib.get(b"randomx_get_cache_memory\0").ok()?;
             let m = get(self.ptr) as *const u64;
             Some(m.add(i).read_unaligned())
         }
@@ -164,7 +193,8 @@ impl PeerDataset<'_> {
         // SAFETY: the dataset memory holds dataset_item_count() items; callers pass an
         // initialised index.
         unsafe {
-            let m = self.lib.sym::<GetMemory>(b"randomx_get_dataset_memory\0")(self.ptr) as *const u64;
+            let m =
+                self.lib.sym::<GetMemory>(b"randomx_get_dataset_memory\0")(self.ptr) as *const u64;
             std::array::from_fn(|k| m.add(i as usize * 8 + k).read_unaligned())
         }
     }
@@ -175,7 +205,12 @@ impl PeerVm<'_> {
         let mut out = [0u8; 32];
         // SAFETY: input is input.len() readable bytes, out is 32 writable bytes.
         unsafe {
-            self.lib.sym::<CalcHash>(b"randomx_calculate_hash\0")(self.ptr, input.as_ptr() as *const c_void, input.len(), out.as_mut_ptr() as *mut c_void)
+            self.lib.sym::<CalcHash>(b"randomx_calculate_hash\0")(
+                self.ptr,
+                input.as_ptr() as *const c_void,
+                input.len(),
+                out.as_mut_ptr() as *mut c_void,
+            )
         };
         out
     }

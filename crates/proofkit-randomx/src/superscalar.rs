@@ -588,6 +588,11 @@ impl SuperscalarProgram {
         }
     }
 
+    /// Reciprocals of the IMUL_RCP immediates, in instruction order.
+    pub fn reciprocals(&self) -> &[u64] {
+        &self.reciprocals
+    }
+
     /// Runs the program on `r` (specs.md 6.1).
     #[inline]
     pub fn execute(&self, r: &mut [u64; 8]) {

@@ -28,7 +28,11 @@ fn random_keys_and_inputs_match_reference() {
     let fixed_lengths = [0usize, 1, 32, 59, 60, 61, 64, 100, 255, 300];
     let keys: Vec<Vec<u8>> = (0..KEYS)
         .map(|i| {
-            let len = if i < fixed_lengths.len() { fixed_lengths[i] } else { rng.gen_range(0..=300) };
+            let len = if i < fixed_lengths.len() {
+                fixed_lengths[i]
+            } else {
+                rng.gen_range(0..=300)
+            };
             (0..len).map(|_| rng.gen()).collect()
         })
         .collect();
@@ -86,7 +90,9 @@ fn dataset_items_match_reference() {
     let theirs = lib.cache(flags, key).unwrap();
     let last = lib.dataset_item_count() - 1000;
     for start in [0u64, 17_000_000, last] {
-        let d = lib.dataset_range(flags, &theirs, start, 1000, 2).expect("reference dataset");
+        let d = lib
+            .dataset_range(flags, &theirs, start, 1000, 2)
+            .expect("reference dataset");
         for i in start..start + 1000 {
             assert_eq!(ours.dataset_item(i), d.item(i), "item {i}");
         }
