@@ -82,6 +82,16 @@ impl Cache {
         self.programs = (0..CACHE_ACCESSES)
             .map(|_| SuperscalarProgram::generate(&mut gen))
             .collect();
+        #[cfg(target_arch = "x86_64")]
+        {
+            // A JIT failure (no executable memory, e.g. under a strict W^X policy) falls back
+            // to the portable executor.
+            self.compiled = if self.use_jit {
+                crate::jit::superscalar_x86_64::CompiledSuperscalar::compile(&self.programs).ok()
+            } else {
+                None
+            };
+        }
         self.key = key.to_vec();
         Ok(())
     }

@@ -1,0 +1,30 @@
+//! Quick timing of light-mode hashing and its parts (not a benchmark: see `proofkit randomx bench`).
+use proofkit_randomx::{Cache, PagePolicy, Version, Vm};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() {
+    let jit = std::env::args().nth(1).map_or(true, |a| a != "nojit");
+    let t = Instant::now();
+    let cache = Arc::new(Cache::with_jit(b"timing key", PagePolicy::Transparent, jit).unwrap());
+    println!(
+        "cache init {:.3} s (superscalar jit: {})",
+        t.elapsed().as_secs_f64(),
+        cache.superscalar_jit()
+    );
+    let t = Instant::now();
+    let mut acc = 0u64;
+    for i in 0..100_000u64 {
+        acc ^= cache.dataset_item(i * 7919)[0];
+    }
+    println!(
+        "dataset item {:.0} ns ({acc:x})",
+        t.elapsed().as_secs_f64() * 1e9 / 100_000.0
+    );
+    let mut vm = Vm::light(cache, Version::V1).unwrap();
+    let t = Instant::now();
+    for i in 0..5u8 {
+        vm.hash(&[i; 76]);
+    }
+    println!("light hash {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / 5.0);
+}
