@@ -588,3 +588,341 @@ fn mulh(a: u64, b: u64) -> u64 {
 fn smulh(a: u64, b: u64) -> u64 {
     ((a as i64 as i128 * b as i64 as i128) >> 64) as u64
 }
+
+#[cfg(test)]
+mod tests {
+    //! One test per instruction: a program of a single instruction word (plus setup) is decoded
+    //! and executed, and the result compared with the operation written out from specs.md 5.
+    use super::*;
+    use crate::program::{Instruction, Opcode, DECODE};
+
+    fn opcode_of(op: Opcode) -> u8 {
+        DECODE.iter().position(|&o| o == op).unwrap() as u8
+    }
+
+    fn word(op: Opcode, dst: u8, src: u8, modifier: u8, imm: u32) -> Instruction {
+        Instruction {
+            opcode: opcode_of(op),
+            dst,
+            src,
+            modifier,
+            imm32: imm,
+        }
+    }
+
+    struct Machine {
+        regs: RegisterFile,
+        r: [u64; 9],
+        fprc: u32,
+        sp: Vec<u8>,
+        e_mask: [u64; 2],
+    }
+
+    impl Machine {
+        fn new() -> Self {
+            let mut m = Machine {
+                regs: RegisterFile::default(),
+                r: [0; 9],
+                fprc: 0,
+                sp: vec![0; SCRATCHPAD_L3],
+                e_mask: [0x3F30_0000_0000_0000, 0x3F40_0000_0000_0000],
+            };
+            for i in 0..8 {
+                m.r[i] = 0x0123_4567_89AB_CDEFu64.wrapping_mul(i as u64 + 3) ^ (i as u64) << 60;
+            }
+            for (i, b) in m.sp.iter_mut().enumerate() {
+                *b = (i.wrapping_mul(2654435761) >> 7) as u8;
+            }
+            for i in 0..4 {
+                m.regs.f[i] = [1000.5 + i as f64, -2000.25 - i as f64];
+                m.regs.e[i] = [3.0 + i as f64, 1.0 / (7.0 + i as f64)];
+                m.regs.a[i] = [1.5 + i as f64, 17.125 + i as f64];
+            }
+            m
+        }
+        fn run(&mut self, words: &[Instruction], v2: bool) {
+            let p = Program {
+                entropy: [0; 16],
+                instructions: words.to_vec(),
+            };
+            let code = decode(&p);
+            execute(
+                &code,
+                &mut self.regs,
+                &mut self.r,
+                &mut self.fprc,
+                &mut self.sp,
+                &self.e_mask,
+                v2,
+            );
+        }
+        fn mem(&self, addr: u64) -> u64 {
+            let a = addr as usize;
+            u64::from_le_bytes(self.sp[a..a + 8].try_into().unwrap())
+        }
+    }
+
+    const IMM: u32 = 0xFFFF_FF85; // -123
+    const SIMM: u64 = -123i64 as u64;
+
+    fn l1(r: u64, imm: u64) -> u64 {
+        (r.wrapping_add(imm) as u32 & SCRATCHPAD_L1_MASK) as u64
+    }
+    fn l2(r: u64, imm: u64) -> u64 {
+        (r.wrapping_add(imm) as u32 & SCRATCHPAD_L2_MASK) as u64
+    }
+    fn l3(imm: u64) -> u64 {
+        (imm as u32 & SCRATCHPAD_L3_MASK) as u64
+    }
+
+    #[test]
+    fn iadd_rs() {
+        let mut m = Machine::new();
+        let (d, s) = (m.r[1], m.r[2]);
+        m.run(&[word(Opcode::IADD_RS, 1, 2, 0b1000, IMM)], false);
+        assert_eq!(m.r[1], d.wrapping_add(s << 2), "imm only added for r5");
+        let mut m = Machine::new();
+        let (d, s) = (m.r[5], m.r[2]);
+        m.run(&[word(Opcode::IADD_RS, 5, 2, 0b0100, IMM)], false);
+        assert_eq!(m.r[5], d.wrapping_add(s << 1).wrapping_add(SIMM));
+    }
+
+    #[test]
+    fn integer_memory_forms() {
+        for (op, f) in [
+            (
+                Opcode::IADD_M,
+                (|a: u64, b: u64| a.wrapping_add(b)) as fn(u64, u64) -> u64,
+            ),
+            (Opcode::ISUB_M, |a, b| a.wrapping_sub(b)),
+            (Opcode::IMUL_M, |a, b| a.wrapping_mul(b)),
+            (Opcode::IMULH_M, |a, b| {
+                ((a as u128 * b as u128) >> 64) as u64
+            }),
+            (Opcode::ISMULH_M, |a, b| {
+                ((a as i64 as i128 * b as i64 as i128) >> 64) as u64
+            }),
+            (Opcode::IXOR_M, |a, b| a ^ b),
+        ] {
+            // mod.mem != 0: L1; == 0: L2; src == dst: L3 at imm32.
+            for (modifier, src, expect_addr) in [(1u8, 2u8, 0u8), (0, 2, 1), (1, 3, 2)] {
+                let mut m = Machine::new();
+                let d = m.r[3];
+                let addr = match expect_addr {
+                    0 => l1(m.r[2], SIMM),
+                    1 => l2(m.r[2], SIMM),
+                    _ => l3(SIMM),
+                };
+                let v = m.mem(addr);
+                m.run(&[word(op, 3, src, modifier, IMM)], false);
+                assert_eq!(m.r[3], f(d, v), "{op:?} mod {modifier} src {src}");
+            }
+        }
+    }
+
+    #[test]
+    fn integer_register_forms() {
+        type F = fn(u64, u64) -> u64;
+        for (op, f, with_imm) in [
+            (
+                Opcode::ISUB_R,
+                (|a: u64, b: u64| a.wrapping_sub(b)) as F,
+                true,
+            ),
+            (Opcode::IMUL_R, |a, b| a.wrapping_mul(b), true),
+            (Opcode::IXOR_R, |a, b| a ^ b, true),
+            (Opcode::IROR_R, |a, b| a.rotate_right((b & 63) as u32), true),
+            (Opcode::IROL_R, |a, b| a.rotate_left((b & 63) as u32), true),
+            (
+                Opcode::IMULH_R,
+                |a, b| ((a as u128 * b as u128) >> 64) as u64,
+                false,
+            ),
+            (
+                Opcode::ISMULH_R,
+                |a, b| ((a as i64 as i128 * b as i64 as i128) >> 64) as u64,
+                false,
+            ),
+        ] {
+            let mut m = Machine::new();
+            let (d, s) = (m.r[6], m.r[0]);
+            m.run(&[word(op, 6, 0, 0, IMM)], false);
+            assert_eq!(m.r[6], f(d, s), "{op:?} register");
+            // src == dst: imm32 (sign-extended; rotations mask it to 6 bits) or squaring.
+            let mut m = Machine::new();
+            let d = m.r[6];
+            m.run(&[word(op, 6, 6, 0, IMM)], false);
+            assert_eq!(
+                m.r[6],
+                f(d, if with_imm { SIMM } else { d }),
+                "{op:?} src == dst"
+            );
+        }
+    }
+
+    #[test]
+    fn imul_rcp_ineg_iswap() {
+        let mut m = Machine::new();
+        let d = m.r[4];
+        m.run(&[word(Opcode::IMUL_RCP, 4, 0, 0, 12345)], false);
+        assert_eq!(m.r[4], d.wrapping_mul(crate::reciprocal::reciprocal(12345)));
+        for imm in [0u32, 1, 1 << 20] {
+            let mut m = Machine::new();
+            let d = m.r[4];
+            m.run(&[word(Opcode::IMUL_RCP, 4, 0, 0, imm)], false);
+            assert_eq!(m.r[4], d, "IMUL_RCP by 0 or a power of two is a no-op");
+        }
+        let mut m = Machine::new();
+        let d = m.r[7];
+        m.run(&[word(Opcode::INEG_R, 7, 0, 0, 0)], false);
+        assert_eq!(m.r[7], d.wrapping_neg());
+        let mut m = Machine::new();
+        let (a, b) = (m.r[1], m.r[2]);
+        m.run(&[word(Opcode::ISWAP_R, 1, 2, 0, 0)], false);
+        assert_eq!((m.r[1], m.r[2]), (b, a));
+    }
+
+    #[test]
+    fn float_register_forms() {
+        let mut m = Machine::new();
+        let (f, a) = (m.regs.f[1], m.regs.a[2]);
+        m.run(&[word(Opcode::FADD_R, 1, 2, 0, 0)], false);
+        assert_eq!(m.regs.f[1], [f[0] + a[0], f[1] + a[1]]);
+        m.run(&[word(Opcode::FSUB_R, 5, 6, 0, 0)], false); // dst 5 % 4 = f1, src 6 % 4 = a2
+        assert_eq!(m.regs.f[1], [f[0] + a[0] - a[0], f[1] + a[1] - a[1]]);
+        let mut m = Machine::new();
+        let f = m.regs.f[3];
+        m.run(&[word(Opcode::FSCAL_R, 3, 0, 0, 0)], false);
+        assert_eq!(
+            m.regs.f[3][0].to_bits(),
+            f[0].to_bits() ^ 0x80F0_0000_0000_0000
+        );
+        let mut m = Machine::new();
+        let (e, a) = (m.regs.e[0], m.regs.a[1]);
+        m.run(&[word(Opcode::FMUL_R, 0, 1, 0, 0)], false);
+        assert_eq!(m.regs.e[0], [e[0] * a[0], e[1] * a[1]]);
+        let mut m = Machine::new();
+        let e = m.regs.e[2];
+        m.run(&[word(Opcode::FSQRT_R, 2, 0, 0, 0)], false);
+        assert_eq!(m.regs.e[2], [e[0].sqrt(), e[1].sqrt()]);
+        // FSWAP_R: dst 0-3 are f0-f3, 4-7 are e0-e3.
+        let mut m = Machine::new();
+        let (f, e) = (m.regs.f[2], m.regs.e[1]);
+        m.run(
+            &[
+                word(Opcode::FSWAP_R, 2, 0, 0, 0),
+                word(Opcode::FSWAP_R, 5, 0, 0, 0),
+            ],
+            false,
+        );
+        assert_eq!(m.regs.f[2], [f[1], f[0]]);
+        assert_eq!(m.regs.e[1], [e[1], e[0]]);
+    }
+
+    #[test]
+    fn float_memory_forms() {
+        let mut m = Machine::new();
+        let f = m.regs.f[0];
+        let v = m.mem(l1(m.r[3], SIMM));
+        let c = convert_f(v);
+        m.run(&[word(Opcode::FADD_M, 0, 3, 1, IMM)], false);
+        assert_eq!(m.regs.f[0], [f[0] + c[0], f[1] + c[1]]);
+        let mut m = Machine::new();
+        let f = m.regs.f[0];
+        let v = m.mem(l2(m.r[3], SIMM));
+        let c = convert_f(v);
+        m.run(&[word(Opcode::FSUB_M, 0, 3, 0, IMM)], false);
+        assert_eq!(m.regs.f[0], [f[0] - c[0], f[1] - c[1]]);
+        let mut m = Machine::new();
+        let e = m.regs.e[3];
+        let v = m.mem(l1(m.r[1], SIMM));
+        let c = convert_e(v, &m.e_mask);
+        assert!(c[0] > 0.0 && c[1] > 0.0, "E operands are positive");
+        m.run(&[word(Opcode::FDIV_M, 3, 1, 2, IMM)], false);
+        assert_eq!(m.regs.e[3], [e[0] / c[0], e[1] / c[1]]);
+    }
+
+    #[test]
+    fn cfround_v1_and_v2() {
+        let mut m = Machine::new();
+        m.r[2] = 0b10 << 5; // rotated right by 5: 0b10 -> round toward positive
+        m.run(&[word(Opcode::CFROUND, 0, 2, 0, 5)], false);
+        assert_eq!(m.fprc, 2);
+        // v2: only when bits 2-5 of the rotated value are zero.
+        let mut m = Machine::new();
+        m.r[2] = (0b0100_11u64) << 5;
+        m.run(&[word(Opcode::CFROUND, 0, 2, 0, 5)], true);
+        assert_eq!(m.fprc, 0, "bits 2-5 set: v2 keeps the mode");
+        m.r[2] = (0b11u64) << 5;
+        m.run(&[word(Opcode::CFROUND, 0, 2, 0, 5)], true);
+        assert_eq!(m.fprc, 3);
+        // The mode applies to the following operations: 0.1 * 3 is inexact, so rounding down
+        // and up give neighbouring doubles.
+        let product = |mode: u64| {
+            let mut m = Machine::new();
+            m.regs.e[0] = [0.1, 0.1];
+            m.regs.a[0] = [3.0, 3.0];
+            m.r[1] = mode;
+            m.run(
+                &[
+                    word(Opcode::CFROUND, 0, 1, 0, 0),
+                    word(Opcode::FMUL_R, 0, 0, 0, 0),
+                ],
+                false,
+            );
+            assert_eq!(m.fprc as u64, mode);
+            m.regs.e[0][0]
+        };
+        assert_eq!(product(2), product(1).next_up());
+        assert_eq!(product(3), product(1));
+        assert!(product(0) == product(1) || product(0) == product(2));
+    }
+
+    #[test]
+    fn istore_levels() {
+        for (modifier, level) in [(0x01u8, 1), (0x00, 2), (0xE0, 3), (0xF1, 3)] {
+            let mut m = Machine::new();
+            let v = m.r[4];
+            let addr = match level {
+                1 => l1(m.r[6], SIMM),
+                2 => l2(m.r[6], SIMM),
+                _ => (m.r[6].wrapping_add(SIMM) as u32 & SCRATCHPAD_L3_MASK) as u64,
+            };
+            m.run(&[word(Opcode::ISTORE, 6, 4, modifier, IMM)], false);
+            assert_eq!(m.mem(addr), v, "mod {modifier:#x}");
+        }
+    }
+
+    #[test]
+    fn cbranch_jumps_after_last_modification() {
+        // pc 0: r1 += r0 (= 1); pc 1: CBRANCH r1 with mod.cond 0, so b = 8 and cimm = 0x100.
+        // From r1 = 0xFF00: 0xFF01 + 0x100 = 0x10001 has bits 8-15 clear -> jump to pc 1 (the
+        // instruction after r1's last modification) -> 0x10101, bits 8-15 = 1 -> fall through.
+        let mut m = Machine::new();
+        m.r[0] = 1;
+        m.r[1] = 0xFF00;
+        m.run(
+            &[
+                word(Opcode::IADD_RS, 1, 0, 0, 0),
+                word(Opcode::CBRANCH, 1, 0, 0, 0),
+            ],
+            false,
+        );
+        assert_eq!(m.r[1], 0x10101);
+        // A register never modified in the program jumps to the start.
+        // r3 = -0x100: + 0x100 = 0 -> jump to pc 0; the second pass adds 0x100 -> no jump.
+        let mut m = Machine::new();
+        m.r[3] = 0u64.wrapping_sub(0x100);
+        m.r[0] = 5;
+        m.r[2] = 0;
+        m.run(
+            &[
+                word(Opcode::IADD_RS, 2, 0, 0, 0),
+                word(Opcode::CBRANCH, 3, 0, 0, 0),
+            ],
+            false,
+        );
+        assert_eq!(m.r[2], 10, "IADD_RS ran twice: the jump went to pc 0");
+        assert_eq!(m.r[3], 0x100);
+    }
+}
