@@ -21,10 +21,21 @@ fn main() {
         "dataset item {:.0} ns ({acc:x})",
         t.elapsed().as_secs_f64() * 1e9 / 100_000.0
     );
-    let mut vm = Vm::light(cache, Version::V1).unwrap();
-    let t = Instant::now();
-    for i in 0..5u8 {
-        vm.hash(&[i; 76]);
+    for jit_vm in [false, true] {
+        let opts = proofkit_randomx::VmOptions {
+            jit: jit_vm,
+            ..Default::default()
+        };
+        let mut vm = Vm::new(proofkit_randomx::DatasetSource::Light(cache.clone()), opts).unwrap();
+        let t = Instant::now();
+        for i in 0..5u8 {
+            vm.hash(&[i; 76]);
+        }
+        println!(
+            "light hash {:.2} ms (vm jit: {})",
+            t.elapsed().as_secs_f64() * 1e3 / 5.0,
+            vm.uses_jit()
+        );
     }
-    println!("light hash {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / 5.0);
+    let _ = Version::V1;
 }

@@ -149,6 +149,273 @@ pub fn ret(s: &mut impl Sink) {
     s.put(&[0xC3]);
 }
 
+/// A memory operand `[base + index << scale + disp]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Mem {
+    pub base: u8,
+    pub index: Option<(u8, u8)>,
+    pub disp: i32,
+}
+
+impl Mem {
+    pub fn base(base: u8, disp: i32) -> Self {
+        Mem {
+            base,
+            index: None,
+            disp,
+        }
+    }
+    pub fn indexed(base: u8, index: u8, disp: i32) -> Self {
+        assert!(index != RSP, "rsp cannot be an index");
+        Mem {
+            base,
+            index: Some((index, 0)),
+            disp,
+        }
+    }
+    fn index_reg(&self) -> u8 {
+        self.index.map_or(0, |(i, _)| i)
+    }
+}
+
+/// ModRM (+SIB, +displacement) bytes for `reg` and memory operand `m`.
+fn mem_bytes(reg: u8, m: &Mem) -> Vec<u8> {
+    let mut v = Vec::with_capacity(7);
+    let (md, disp_len) = if m.disp == 0 && m.base & 7 != RBP {
+        (0u8, 0)
+    } else if (-128..=127).contains(&m.disp) {
+        (1, 1)
+    } else {
+        (2, 4)
+    };
+    match m.index {
+        Some((idx, scale)) => {
+            v.push(modrm(md, reg, 4));
+            v.push(sib(scale, idx, m.base));
+        }
+        None if m.base & 7 == RSP => {
+            v.push(modrm(md, reg, 4));
+            v.push(sib(0, RSP, m.base));
+        }
+        None => v.push(modrm(md, reg, m.base)),
+    }
+    match disp_len {
+        1 => v.push(m.disp as i8 as u8),
+        4 => v.extend_from_slice(&m.disp.to_le_bytes()),
+        _ => {}
+    }
+    v
+}
+
+/// A 64-bit `op reg, [mem]` or `op [mem], reg` with a one-byte opcode (0x03 add, 0x2B sub,
+/// 0x33 xor, 0x8B load, 0x89 store, 0x87 xchg).
+pub fn op_rm(s: &mut impl Sink, opcode: u8, reg: u8, m: &Mem) {
+    s.put(&[rex_w(reg, m.index_reg(), m.base), opcode]);
+    s.put(&mem_bytes(reg, m));
+}
+
+/// `imul reg, [mem]`.
+pub fn imul_rm(s: &mut impl Sink, reg: u8, m: &Mem) {
+    s.put(&[rex_w(reg, m.index_reg(), m.base), 0x0F, 0xAF]);
+    s.put(&mem_bytes(reg, m));
+}
+
+/// Group-3 unary forms on a 64-bit memory operand (F7 /ext: 4 mul, 5 imul).
+pub fn group3_m(s: &mut impl Sink, ext: u8, m: &Mem) {
+    s.put(&[rex_w(0, m.index_reg(), m.base), 0xF7]);
+    s.put(&mem_bytes(ext, m));
+}
+
+/// Group-3 unary forms on a register (F7 /ext: 3 neg, 4 mul, 5 imul).
+pub fn group3_r(s: &mut impl Sink, ext: u8, r: u8) {
+    s.put(&[rex_w(0, 0, r), 0xF7, modrm(3, ext, r)]);
+}
+
+/// `op r64, imm32` of group 1 (81 /ext: 0 add, 4 and, 5 sub, 6 xor), sign-extended.
+pub fn group1_ri(s: &mut impl Sink, ext: u8, r: u8, imm: i32) {
+    s.put(&[rex_w(0, 0, r), 0x81, modrm(3, ext, r)]);
+    s.put(&imm.to_le_bytes());
+}
+
+/// `and r32, imm32` (zero-extends to 64 bits).
+pub fn and_r32_imm(s: &mut impl Sink, r: u8, imm: u32) {
+    if let Some(x) = rex(0, r) {
+        s.put(&[x]);
+    }
+    s.put(&[0x81, modrm(3, 4, r)]);
+    s.put(&imm.to_le_bytes());
+}
+
+/// `lea r32, [base + disp32]` (the 32-bit result is zero-extended).
+pub fn lea_r32_disp32(s: &mut impl Sink, dst: u8, base: u8, disp: i32) {
+    if let Some(x) = rex(dst, base) {
+        s.put(&[x]);
+    }
+    s.put(&[0x8D]);
+    let m = Mem {
+        base,
+        index: None,
+        disp,
+    };
+    let mut b = mem_bytes(dst, &m);
+    // Force a 32-bit displacement so the encoding size does not depend on imm.
+    if b[0] >> 6 != 2 {
+        let rm_sib = if base & 7 == RSP { 2 } else { 1 };
+        b.truncate(rm_sib);
+        b[0] = (b[0] & 0x3F) | 0x80;
+        b.extend_from_slice(&disp.to_le_bytes());
+    }
+    s.put(&b);
+}
+
+/// `lea dst, [base + index << shift + disp32]`.
+pub fn lea_sib_disp32(s: &mut impl Sink, dst: u8, base: u8, index: u8, shift: u8, disp: i32) {
+    assert!(index != RSP);
+    s.put(&[
+        rex_w(dst, index, base),
+        0x8D,
+        modrm(2, dst, 4),
+        sib(shift, index, base),
+    ]);
+    s.put(&disp.to_le_bytes());
+}
+
+/// `imul dst, src, imm32`.
+pub fn imul_rri(s: &mut impl Sink, dst: u8, src: u8, imm: i32) {
+    s.put(&[rex_w(dst, 0, src), 0x69, modrm(3, dst, src)]);
+    s.put(&imm.to_le_bytes());
+}
+
+/// `ror r, cl` (ext 1) / `rol r, cl` (ext 0).
+pub fn shift_cl(s: &mut impl Sink, ext: u8, r: u8) {
+    s.put(&[rex_w(0, 0, r), 0xD3, modrm(3, ext, r)]);
+}
+
+/// `ror r, imm8` (ext 1) / `rol r, imm8` (ext 0) / `shl` (4) / `shr` (5).
+pub fn shift_imm(s: &mut impl Sink, ext: u8, r: u8, imm: u8) {
+    s.put(&[rex_w(0, 0, r), 0xC1, modrm(3, ext, r), imm]);
+}
+
+/// `mov r32, r32` (zero-extends).
+pub fn mov_r32(s: &mut impl Sink, dst: u8, src: u8) {
+    if let Some(x) = rex(src, dst) {
+        s.put(&[x]);
+    }
+    s.put(&[0x89, modrm(3, src, dst)]);
+}
+
+/// `xchg a, b`.
+pub fn xchg_rr(s: &mut impl Sink, a: u8, b: u8) {
+    s.put(&[rex_w(b, 0, a), 0x87, modrm(3, b, a)]);
+}
+
+/// `test r64, imm32` (sign-extended).
+pub fn test_ri(s: &mut impl Sink, r: u8, imm: i32) {
+    s.put(&[rex_w(0, 0, r), 0xF7, modrm(3, 0, r)]);
+    s.put(&imm.to_le_bytes());
+}
+
+/// `test al, imm8`.
+pub fn test_al(s: &mut impl Sink, imm: u8) {
+    s.put(&[0xA8, imm]);
+}
+
+/// `jz rel32` / `jnz rel32` to an absolute code offset, given the offset of this instruction.
+pub fn jcc_rel32(s: &mut impl Sink, cc: u8, at: usize, target: usize) {
+    let rel = target as i64 - (at as i64 + 6);
+    s.put(&[0x0F, 0x80 | cc, 0, 0, 0, 0][..2]);
+    s.put(&(rel as i32).to_le_bytes());
+}
+pub const CC_Z: u8 = 0x4;
+pub const CC_NZ: u8 = 0x5;
+
+/// `jnz rel8` forward over `skip` bytes.
+pub fn jnz_short(s: &mut impl Sink, skip: u8) {
+    s.put(&[0x75, skip]);
+}
+
+/// A packed-double / SSE operation `op xmm_dst, xmm_src` with optional 66/F3 prefix and a
+/// 0F-map opcode.
+pub fn sse_rr(s: &mut impl Sink, prefix: Option<u8>, opcode: u8, dst: u8, src: u8) {
+    if let Some(p) = prefix {
+        s.put(&[p]);
+    }
+    if let Some(x) = rex(dst, src) {
+        s.put(&[x]);
+    }
+    s.put(&[0x0F, opcode, modrm(3, dst, src)]);
+}
+
+/// `op xmm, [mem]` / `op [mem], xmm` for SSE forms.
+pub fn sse_rm(s: &mut impl Sink, prefix: Option<u8>, opcode: u8, reg: u8, m: &Mem) {
+    if let Some(p) = prefix {
+        s.put(&[p]);
+    }
+    let r = 0x40 | ((reg >> 3) << 2) | ((m.index_reg() >> 3) << 1) | (m.base >> 3);
+    if r != 0x40 {
+        s.put(&[r]);
+    }
+    s.put(&[0x0F, opcode]);
+    s.put(&mem_bytes(reg, m));
+}
+
+pub const ADDPD: u8 = 0x58;
+pub const MULPD: u8 = 0x59;
+pub const SUBPD: u8 = 0x5C;
+pub const DIVPD: u8 = 0x5E;
+pub const SQRTPD: u8 = 0x51;
+pub const ANDPS: u8 = 0x54;
+pub const ORPS: u8 = 0x56;
+pub const XORPS: u8 = 0x57;
+pub const MOVUPD_LOAD: u8 = 0x10;
+pub const MOVUPD_STORE: u8 = 0x11;
+pub const CVTDQ2PD: u8 = 0xE6; // with F3
+
+/// `shufpd xmm, xmm, imm8`.
+pub fn shufpd(s: &mut impl Sink, dst: u8, src: u8, imm: u8) {
+    sse_rr(s, Some(0x66), 0xC6, dst, src);
+    s.put(&[imm]);
+}
+
+/// `aesenc xmm, xmm` (`dec` = false) / `aesdec xmm, xmm`.
+pub fn aes_round(s: &mut impl Sink, dec: bool, dst: u8, key: u8) {
+    s.put(&[0x66]);
+    if let Some(x) = rex(dst, key) {
+        s.put(&[x]);
+    }
+    s.put(&[
+        0x0F,
+        0x38,
+        if dec { 0xDE } else { 0xDC },
+        modrm(3, dst, key),
+    ]);
+}
+
+/// `ldmxcsr [mem]` (ext 2) / `stmxcsr [mem]` (ext 3).
+pub fn mxcsr(s: &mut impl Sink, ext: u8, m: &Mem) {
+    let r = 0x40 | ((m.index_reg() >> 3) << 1) | (m.base >> 3);
+    if r != 0x40 {
+        s.put(&[r]);
+    }
+    s.put(&[0x0F, 0xAE]);
+    s.put(&mem_bytes(ext, m));
+}
+
+/// `prefetchnta [mem]`.
+pub fn prefetchnta(s: &mut impl Sink, m: &Mem) {
+    let r = 0x40 | ((m.index_reg() >> 3) << 1) | (m.base >> 3);
+    if r != 0x40 {
+        s.put(&[r]);
+    }
+    s.put(&[0x0F, 0x18]);
+    s.put(&mem_bytes(0, m));
+}
+
+/// `call rax`.
+pub fn call_rax(s: &mut impl Sink) {
+    s.put(&[0xFF, 0xD0]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

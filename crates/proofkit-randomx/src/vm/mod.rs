@@ -6,6 +6,8 @@
 
 pub mod float;
 pub mod interpreter;
+#[cfg(target_arch = "x86_64")]
+pub mod jit_x86_64;
 
 use crate::aes::Aes;
 use crate::blake::{hash256, hash512};
@@ -79,6 +81,12 @@ pub struct VmOptions {
     pub version: Version,
     pub aes: Aes,
     pub pages: PagePolicy,
+    /// Compile programs to x86-64 machine code (ignored elsewhere, and when
+    /// `PROOFKIT_FORCE_PORTABLE` is set).
+    pub jit: bool,
+    /// W^X JIT pages, flipped between writable and executable per program
+    /// (RANDOMX_FLAG_SECURE); otherwise one read-write-execute region is reused.
+    pub secure: bool,
 }
 
 impl Default for VmOptions {
@@ -87,6 +95,8 @@ impl Default for VmOptions {
             version: Version::V1,
             aes: Aes::detect(),
             pages: PagePolicy::Transparent,
+            jit: true,
+            secure: false,
         }
     }
 }
@@ -118,6 +128,17 @@ pub struct Vm {
     seed: [u8; 64],
     program_bytes: Vec<u8>,
     batch_pending: bool,
+    #[cfg(target_arch = "x86_64")]
+    jit: Option<(jit_x86_64::ProgramCode, Box<jit_x86_64::JitState>)>,
+}
+
+/// Whether the VM JIT can run: x86-64, allowed, and (for v2's AES mixing inside the loop) a CPU
+/// with AES-NI.
+#[cfg(target_arch = "x86_64")]
+fn jit_usable(opts: &VmOptions) -> bool {
+    opts.jit
+        && !proofkit_core::cpu::env_flag("PROOFKIT_FORCE_PORTABLE")
+        && (opts.version == Version::V1 || Aes::hardware().is_some())
 }
 
 impl Vm {
@@ -135,6 +156,15 @@ impl Vm {
             seed: [0; 64],
             program_bytes: vec![0; 128 + 8 * PROGRAM_MAX_SIZE],
             batch_pending: false,
+            #[cfg(target_arch = "x86_64")]
+            jit: if jit_usable(&opts) {
+                // No executable memory (a strict W^X policy): the interpreter runs instead.
+                jit_x86_64::ProgramCode::new(opts.secure)
+                    .ok()
+                    .map(|c| (c, Box::default()))
+            } else {
+                None
+            },
         })
     }
 
@@ -176,6 +206,22 @@ impl Vm {
 
     pub fn set_version(&mut self, v: Version) {
         self.opts.version = v;
+        #[cfg(target_arch = "x86_64")]
+        if self.jit.is_some() && !jit_usable(&self.opts) {
+            self.jit = None;
+        }
+    }
+
+    /// True when programs run as compiled machine code.
+    pub fn uses_jit(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.jit.is_some()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
     }
 
     pub fn version(&self) -> Version {
@@ -225,6 +271,26 @@ impl Vm {
         Ok(self.finish())
     }
 
+    /// Runs one program generated from `seed` on a scratchpad filled from `seed`, with
+    /// `iterations` loop iterations and initial rounding mode `fprc`; returns the register file,
+    /// the final `fprc` and the scratchpad's AesHash1R. For differential tests and fuzzing of the
+    /// JIT against the interpreter.
+    #[doc(hidden)]
+    pub fn debug_run_program(
+        &mut self,
+        seed: &[u8; 64],
+        fprc: u32,
+        iterations: usize,
+    ) -> (RegisterFile, u32, [u8; 64]) {
+        self.seed = *seed;
+        let aes = self.opts.aes;
+        let mut fill_state = *seed;
+        aes.fill_1r(&mut fill_state, self.scratchpad.as_mut_slice());
+        let mut fprc = fprc & 3;
+        self.run_program(&mut fprc, iterations);
+        (self.regs, fprc, aes.hash_1r(self.scratchpad.as_slice()))
+    }
+
     /// Steps 2-4 of chapter 2: seed and scratchpad.
     fn begin(&mut self, input: &[u8]) {
         self.seed = hash512(input);
@@ -236,7 +302,7 @@ impl Vm {
     fn run_chain(&mut self) {
         let mut fprc = float::ROUND_NEAREST;
         for chain in 0..PROGRAM_COUNT {
-            self.run_program(&mut fprc);
+            self.run_program(&mut fprc, PROGRAM_ITERATIONS);
             if chain + 1 < PROGRAM_COUNT {
                 self.seed = hash512(&self.regs.to_bytes());
             }
@@ -252,7 +318,7 @@ impl Vm {
     }
 
     /// Generates a program from AesGenerator4R(seed) and runs it (4.5, 4.6).
-    fn run_program(&mut self, fprc: &mut u32) {
+    fn run_program(&mut self, fprc: &mut u32, iterations: usize) {
         let size = self.opts.version.program_size();
         let nbytes = 128 + 8 * size;
         let mut gen_state = self.seed;
@@ -285,11 +351,43 @@ impl Vm {
         let v2 = self.opts.version == Version::V2;
         let aes = self.opts.aes;
 
+        #[cfg(target_arch = "x86_64")]
+        if let Some((region, state)) = &mut self.jit {
+            let mode = match self.source {
+                DatasetSource::Fast(_) => jit_x86_64::JitMode::Fast,
+                DatasetSource::Light(_) => jit_x86_64::JitMode::Light,
+            };
+            let rr = cfg.read_reg.map(|x| x as u8);
+            let machine_code = jit_x86_64::compile(&code, rr, mode, v2);
+            state.r = [0; 8];
+            state.a = self.regs.a;
+            state.e_mask = cfg.e_mask;
+            state.mem = ma as u64 | ((mx as u64) << 32);
+            state.sp_addr = mx as u64 | ((ma as u64) << 32);
+            state.fprc = *fprc;
+            state.iterations = iterations as u64;
+            let ok = jit_x86_64::execute(
+                region,
+                &machine_code,
+                mode,
+                state,
+                self.scratchpad.as_mut_slice(),
+                &self.source,
+                cfg.dataset_offset,
+            );
+            // Loading code only fails when mprotect does, before anything ran.
+            ok.expect("JIT region protection change failed");
+            self.regs.r = state.r;
+            self.regs.f = state.f;
+            self.regs.e = state.e;
+            *fprc = state.fprc;
+            return;
+        }
         let mut r = [0u64; 9];
         let mut sp_addr0 = mx;
         let mut sp_addr1 = ma;
         let sp = self.scratchpad.as_mut_slice();
-        for _ in 0..PROGRAM_ITERATIONS {
+        for _ in 0..iterations {
             // 1: scratchpad addresses.
             let sp_mix = r[cfg.read_reg[0]] ^ r[cfg.read_reg[1]];
             sp_addr0 = (sp_addr0 ^ sp_mix as u32) & SCRATCHPAD_L3_MASK64;

@@ -1,0 +1,842 @@
+//! The x86-64 JIT for RandomX programs (specs.md 4.6.2 and chapter 5): one machine-code function
+//! per program that runs all `RANDOMX_PROGRAM_ITERATIONS` loop iterations, compiled from the
+//! interpreter's [`Bytecode`] (operand forms, masks, reciprocals and branch targets are resolved
+//! once, in one place).
+//!
+//! Register roles:
+//!
+//! | RandomX | x86-64 |
+//! |---|---|
+//! | r0-r7 | r8-r15 |
+//! | f0-f3, e0-e3, a0-a3 | xmm0-3, xmm4-7, xmm8-11 |
+//! | temporary | rax, rcx, rdx, xmm12 |
+//! | E-mask AND / OR, FSCAL mask | xmm13, xmm14, xmm15 |
+//! | scratchpad base | rsi |
+//! | dataset base + datasetOffset (fast mode) | rdi |
+//! | `ma` (low 32 bits), `mx` (high 32 bits) | rbp |
+//! | loop counter `ic` | rbx |
+//!
+//! Stack frame (after pushing rbx, rbp, r12-r15), see the `FRAME_*` constants: MXCSR scratch,
+//! the first iteration's spAddr, the state pointer, the two scratchpad line pointers of the
+//! current iteration, and in light mode a 64-byte item buffer plus save areas for the caller-saved
+//! registers around the item callback.
+//!
+//! Rounding: the function saves the caller's MXCSR, sets it from `fprc`, lets CFROUND change it,
+//! and restores the caller's MXCSR on return (vector `rounding_rule`).
+#![allow(unsafe_code)]
+
+use super::interpreter::Bytecode;
+use crate::config::*;
+use crate::jit::asm::{self, Mem, Sink, RAX, RBP, RBX, RCX, RDI, RDX, RSI, RSP};
+use crate::jit::JitError;
+use std::mem::offset_of;
+
+/// Everything the compiled loop reads and writes, shared with Rust.
+#[repr(C, align(64))]
+#[derive(Clone, Debug)]
+pub struct JitState {
+    pub r: [u64; 8],
+    pub f: [[f64; 2]; 4],
+    pub e: [[f64; 2]; 4],
+    pub a: [[f64; 2]; 4],
+    pub mantissa_mask: [u64; 2],
+    pub e_mask: [u64; 2],
+    pub scale_mask: [u64; 2],
+    pub scratchpad: *mut u8,
+    /// Fast mode: dataset base plus datasetOffset.
+    pub dataset: *const u8,
+    /// `ma` in the low and `mx` in the high 32 bits.
+    pub mem: u64,
+    /// spAddr0 (low) and spAddr1 (high) at the start of the first iteration.
+    pub sp_addr: u64,
+    pub iterations: u64,
+    pub fprc: u32,
+    pub saved_mxcsr: u32,
+    /// Light mode: `item_fn(item_ctx, masked_address, out)` XORs nothing, it writes the 64-byte
+    /// item for dataset byte address `datasetOffset + masked_address`.
+    pub item_ctx: *const std::ffi::c_void,
+    pub item_fn: Option<ItemFn>,
+}
+
+/// The light-mode dataset item callback.
+pub type ItemFn = unsafe extern "sysv64" fn(*const std::ffi::c_void, u64, *mut u64);
+
+impl Default for JitState {
+    fn default() -> Self {
+        JitState {
+            r: [0; 8],
+            f: [[0.0; 2]; 4],
+            e: [[0.0; 2]; 4],
+            a: [[0.0; 2]; 4],
+            mantissa_mask: [(1 << 56) - 1; 2],
+            e_mask: [0; 2],
+            scale_mask: [0x80F0_0000_0000_0000; 2],
+            scratchpad: std::ptr::null_mut(),
+            dataset: std::ptr::null(),
+            mem: 0,
+            sp_addr: 0,
+            iterations: PROGRAM_ITERATIONS as u64,
+            fprc: 0,
+            saved_mxcsr: 0,
+            item_ctx: std::ptr::null(),
+            item_fn: None,
+        }
+    }
+}
+
+const FRAME_MXCSR: i32 = 0;
+const FRAME_SP_CARRY: i32 = 8;
+const FRAME_STATE: i32 = 16;
+const FRAME_SP0: i32 = 24;
+const FRAME_SP1: i32 = 32;
+const FRAME_ITEM: i32 = 48;
+const FRAME_XMM: i32 = 112;
+const FRAME_GPR: i32 = 240;
+/// Frame size: 8 mod 16, so that rsp is 16-byte aligned after the six pushes.
+const FRAME_SIZE: i32 = 0x118;
+const CALLEE_SAVED: [u8; 6] = [RBX, RBP, 12, 13, 14, 15];
+
+/// Which dataset the loop reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JitMode {
+    Fast,
+    Light,
+}
+
+fn r(i: u8) -> u8 {
+    8 + i
+}
+const XTMP: u8 = 12;
+const XMANT: u8 = 13;
+const XEMASK: u8 = 14;
+const XSCALE: u8 = 15;
+
+fn state_off(field: usize) -> i32 {
+    field as i32
+}
+
+/// Machine code being assembled, with the offsets of instruction starts (branch targets).
+struct Assembler {
+    code: Vec<u8>,
+}
+
+impl Sink for Assembler {
+    fn put(&mut self, bytes: &[u8]) {
+        self.code.extend_from_slice(bytes);
+    }
+}
+
+/// Scratchpad operand of a memory-form instruction: `[rsi + rax]` after computing the masked
+/// address into `addr_reg`, or `[rsi + imm]` for the L3-immediate form (src == dst).
+fn scratchpad_operand(a: &mut Assembler, src: u8, imm: u64, mask: u32, addr_reg: u8) -> Mem {
+    if src == 8 {
+        Mem::base(RSI, (imm as u32 & mask) as i32)
+    } else {
+        asm::lea_r32_disp32(a, addr_reg, r(src), imm as u32 as i32);
+        asm::and_r32_imm(a, addr_reg, mask);
+        Mem::indexed(RSI, addr_reg, 0)
+    }
+}
+
+fn emit_instruction(
+    a: &mut Assembler,
+    bc: &Bytecode,
+    starts: &[usize],
+    body_start: usize,
+    v2: bool,
+) {
+    match *bc {
+        Bytecode::IaddRs {
+            dst,
+            src,
+            shift,
+            imm,
+        } => {
+            if dst == 5 || imm != 0 {
+                asm::lea_sib_disp32(a, r(dst), r(dst), r(src), shift, imm as i32);
+            } else {
+                asm::lea_sib(a, r(dst), r(dst), r(src), shift);
+            }
+        }
+        Bytecode::IaddM {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            let m = scratchpad_operand(a, src, imm, mask, RAX);
+            asm::op_rm(a, 0x03, r(dst), &m);
+        }
+        Bytecode::IsubR { dst, src } => asm::sub_rr(a, r(dst), r(src)),
+        Bytecode::IsubI { dst, imm } => asm::group1_ri(a, 5, r(dst), imm as i32),
+        Bytecode::IsubM {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            let m = scratchpad_operand(a, src, imm, mask, RAX);
+            asm::op_rm(a, 0x2B, r(dst), &m);
+        }
+        Bytecode::ImulR { dst, src } => asm::imul_rr(a, r(dst), r(src)),
+        Bytecode::ImulI { dst, imm } => {
+            if imm as i64 == imm as i32 as i64 {
+                asm::imul_rri(a, r(dst), r(dst), imm as i32);
+            } else {
+                asm::mov_ri64(a, RAX, imm);
+                asm::imul_rr(a, r(dst), RAX);
+            }
+        }
+        Bytecode::ImulM {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            let m = scratchpad_operand(a, src, imm, mask, RAX);
+            asm::imul_rm(a, r(dst), &m);
+        }
+        Bytecode::ImulhR { dst, src } | Bytecode::IsmulhR { dst, src } => {
+            asm::mov_rr(a, RAX, r(dst));
+            asm::group3_r(
+                a,
+                if matches!(bc, Bytecode::ImulhR { .. }) {
+                    4
+                } else {
+                    5
+                },
+                r(src),
+            );
+            asm::mov_rr(a, r(dst), RDX);
+        }
+        Bytecode::ImulhM {
+            dst,
+            src,
+            imm,
+            mask,
+        }
+        | Bytecode::IsmulhM {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            let m = scratchpad_operand(a, src, imm, mask, RCX);
+            asm::mov_rr(a, RAX, r(dst));
+            asm::group3_m(
+                a,
+                if matches!(bc, Bytecode::ImulhM { .. }) {
+                    4
+                } else {
+                    5
+                },
+                &m,
+            );
+            asm::mov_rr(a, r(dst), RDX);
+        }
+        Bytecode::InegR { dst } => asm::group3_r(a, 3, r(dst)),
+        Bytecode::IxorR { dst, src } => asm::xor_rr(a, r(dst), r(src)),
+        Bytecode::IxorI { dst, imm } => asm::group1_ri(a, 6, r(dst), imm as i32),
+        Bytecode::IxorM {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            let m = scratchpad_operand(a, src, imm, mask, RAX);
+            asm::op_rm(a, 0x33, r(dst), &m);
+        }
+        Bytecode::IrorR { dst, src } => {
+            asm::mov_r32(a, RCX, r(src));
+            asm::shift_cl(a, 1, r(dst));
+        }
+        Bytecode::IrolR { dst, src } => {
+            asm::mov_r32(a, RCX, r(src));
+            asm::shift_cl(a, 0, r(dst));
+        }
+        Bytecode::IrorI { dst, rot } => asm::shift_imm(a, 1, r(dst), rot as u8),
+        Bytecode::IrolI { dst, rot } => asm::shift_imm(a, 0, r(dst), rot as u8),
+        Bytecode::IswapR { dst, src } => asm::xchg_rr(a, r(dst), r(src)),
+        Bytecode::FswapR { reg } => asm::shufpd(a, reg, reg, 1),
+        Bytecode::FaddR { dst, src } => asm::sse_rr(a, Some(0x66), asm::ADDPD, dst, 8 + src),
+        Bytecode::FsubR { dst, src } => asm::sse_rr(a, Some(0x66), asm::SUBPD, dst, 8 + src),
+        Bytecode::FaddM {
+            dst,
+            src,
+            imm,
+            mask,
+        }
+        | Bytecode::FsubM {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            let m = scratchpad_operand(a, src, imm, mask, RAX);
+            asm::sse_rm(a, Some(0xF3), asm::CVTDQ2PD, XTMP, &m);
+            let op = if matches!(bc, Bytecode::FaddM { .. }) {
+                asm::ADDPD
+            } else {
+                asm::SUBPD
+            };
+            asm::sse_rr(a, Some(0x66), op, dst, XTMP);
+        }
+        Bytecode::FscalR { dst } => asm::sse_rr(a, None, asm::XORPS, dst, XSCALE),
+        Bytecode::FmulR { dst, src } => asm::sse_rr(a, Some(0x66), asm::MULPD, 4 + dst, 8 + src),
+        Bytecode::FdivM {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            let m = scratchpad_operand(a, src, imm, mask, RAX);
+            asm::sse_rm(a, Some(0xF3), asm::CVTDQ2PD, XTMP, &m);
+            asm::sse_rr(a, None, asm::ANDPS, XTMP, XMANT);
+            asm::sse_rr(a, None, asm::ORPS, XTMP, XEMASK);
+            asm::sse_rr(a, Some(0x66), asm::DIVPD, 4 + dst, XTMP);
+        }
+        Bytecode::FsqrtR { dst } => asm::sse_rr(a, Some(0x66), asm::SQRTPD, 4 + dst, 4 + dst),
+        Bytecode::Cbranch {
+            dst,
+            cimm,
+            cond_mask,
+            target,
+        } => {
+            asm::group1_ri(a, 0, r(dst), cimm as i32);
+            asm::test_ri(a, r(dst), cond_mask as i32);
+            let to = if target < 0 {
+                body_start
+            } else {
+                starts[target as usize + 1]
+            };
+            let at = a.code.len();
+            asm::jcc_rel32(a, asm::CC_Z, at, to);
+        }
+        Bytecode::Cfround { src, rot } => {
+            asm::mov_rr(a, RAX, r(src));
+            if rot != 0 {
+                asm::shift_imm(a, 1, RAX, rot as u8);
+            }
+            let mut tail = Assembler { code: Vec::new() };
+            asm::and_r32_imm(&mut tail, RAX, 3);
+            asm::op_rm(&mut tail, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
+            // mov [rcx + fprc], eax (32-bit store)
+            tail.put(&[0x89, 0x81]);
+            tail.put(&state_off(offset_of!(JitState, fprc)).to_le_bytes());
+            asm::shift_imm(&mut tail, 4, RAX, 13);
+            asm::group1_ri(&mut tail, 1, RAX, 0x1F80); // or rax, 0x1F80
+            tail.put(&[0x89, 0x04, 0x24]); // mov [rsp], eax
+            asm::mxcsr(&mut tail, 2, &Mem::base(RSP, FRAME_MXCSR));
+            if v2 {
+                // v2: change the mode only when bits 2-5 of the rotated value are zero.
+                asm::test_al(a, 60);
+                asm::jnz_short(a, tail.code.len() as u8);
+            }
+            a.put(&tail.code);
+        }
+        Bytecode::Istore {
+            dst,
+            src,
+            imm,
+            mask,
+        } => {
+            asm::lea_r32_disp32(a, RAX, r(dst), imm as u32 as i32);
+            asm::and_r32_imm(a, RAX, mask);
+            asm::op_rm(a, 0x89, r(src), &Mem::indexed(RSI, RAX, 0));
+        }
+        Bytecode::Nop => {}
+    }
+}
+
+/// Compiles one program's whole loop. `read_reg` are the four address registers of 4.5.4.
+pub fn compile(code: &[Bytecode], read_reg: [u8; 4], mode: JitMode, v2: bool) -> Vec<u8> {
+    let mut a = Assembler {
+        code: Vec::with_capacity(4096 + code.len() * 24),
+    };
+    let st = |f: usize| Mem::base(RDI, state_off(f));
+
+    // Prologue: rdi = state.
+    for &reg in &CALLEE_SAVED {
+        asm::push(&mut a, reg);
+    }
+    asm::group1_ri(&mut a, 5, RSP, FRAME_SIZE); // sub rsp, FRAME_SIZE
+    asm::op_rm(&mut a, 0x89, RDI, &Mem::base(RSP, FRAME_STATE));
+    asm::mxcsr(&mut a, 3, &st(offset_of!(JitState, saved_mxcsr)));
+    // MXCSR from fprc: 0x1F80 (all exceptions masked) | fprc << 13.
+    a.put(&[0x8B, 0x87]);
+    a.put(&state_off(offset_of!(JitState, fprc)).to_le_bytes()); // mov eax, [rdi+fprc]
+    asm::shift_imm(&mut a, 4, RAX, 13);
+    asm::group1_ri(&mut a, 1, RAX, 0x1F80);
+    a.put(&[0x89, 0x04, 0x24]); // mov [rsp], eax
+    asm::mxcsr(&mut a, 2, &Mem::base(RSP, FRAME_MXCSR));
+    for i in 0..8u8 {
+        asm::op_rm(
+            &mut a,
+            0x8B,
+            r(i),
+            &st(offset_of!(JitState, r) + 8 * i as usize),
+        );
+    }
+    for i in 0..4u8 {
+        asm::sse_rm(
+            &mut a,
+            Some(0x66),
+            asm::MOVUPD_LOAD,
+            8 + i,
+            &st(offset_of!(JitState, a) + 16 * i as usize),
+        );
+    }
+    asm::sse_rm(
+        &mut a,
+        Some(0x66),
+        asm::MOVUPD_LOAD,
+        XMANT,
+        &st(offset_of!(JitState, mantissa_mask)),
+    );
+    asm::sse_rm(
+        &mut a,
+        Some(0x66),
+        asm::MOVUPD_LOAD,
+        XEMASK,
+        &st(offset_of!(JitState, e_mask)),
+    );
+    asm::sse_rm(
+        &mut a,
+        Some(0x66),
+        asm::MOVUPD_LOAD,
+        XSCALE,
+        &st(offset_of!(JitState, scale_mask)),
+    );
+    asm::op_rm(&mut a, 0x8B, RSI, &st(offset_of!(JitState, scratchpad)));
+    asm::op_rm(&mut a, 0x8B, RBP, &st(offset_of!(JitState, mem)));
+    asm::op_rm(&mut a, 0x8B, RBX, &st(offset_of!(JitState, iterations)));
+    asm::op_rm(&mut a, 0x8B, RAX, &st(offset_of!(JitState, sp_addr)));
+    asm::op_rm(&mut a, 0x89, RAX, &Mem::base(RSP, FRAME_SP_CARRY));
+    asm::op_rm(&mut a, 0x8B, RDI, &st(offset_of!(JitState, dataset)));
+
+    // Loop.
+    let loop_start = a.code.len();
+    // 1: spAddr ^= readReg0 ^ readReg1 (spAddr is non-zero only on the first iteration).
+    asm::mov_rr(&mut a, RAX, r(read_reg[0]));
+    asm::xor_rr(&mut a, RAX, r(read_reg[1]));
+    asm::op_rm(&mut a, 0x33, RAX, &Mem::base(RSP, FRAME_SP_CARRY));
+    a.put(&[0x48, 0xC7, 0x44, 0x24, FRAME_SP_CARRY as u8, 0, 0, 0, 0]); // mov qword [rsp+carry], 0
+    asm::mov_rr(&mut a, RDX, RAX);
+    asm::and_r32_imm(&mut a, RAX, SCRATCHPAD_L3_MASK64);
+    asm::shift_imm(&mut a, 5, RDX, 32);
+    asm::and_r32_imm(&mut a, RDX, SCRATCHPAD_L3_MASK64);
+    // 2: integer registers ^= the 64 bytes at spAddr0.
+    asm::op_rm(&mut a, 0x8D, RCX, &Mem::indexed(RSI, RAX, 0)); // lea rcx, [rsi+rax]
+    asm::op_rm(&mut a, 0x89, RCX, &Mem::base(RSP, FRAME_SP0));
+    for i in 0..8u8 {
+        asm::op_rm(&mut a, 0x33, r(i), &Mem::base(RCX, 8 * i as i32));
+    }
+    // 3: F and E registers from the 64 bytes at spAddr1.
+    asm::op_rm(&mut a, 0x8D, RCX, &Mem::indexed(RSI, RDX, 0));
+    asm::op_rm(&mut a, 0x89, RCX, &Mem::base(RSP, FRAME_SP1));
+    for i in 0..4u8 {
+        asm::sse_rm(
+            &mut a,
+            Some(0xF3),
+            asm::CVTDQ2PD,
+            i,
+            &Mem::base(RCX, 8 * i as i32),
+        );
+    }
+    for i in 0..4u8 {
+        asm::sse_rm(
+            &mut a,
+            Some(0xF3),
+            asm::CVTDQ2PD,
+            4 + i,
+            &Mem::base(RCX, 32 + 8 * i as i32),
+        );
+        asm::sse_rr(&mut a, None, asm::ANDPS, 4 + i, XMANT);
+        asm::sse_rr(&mut a, None, asm::ORPS, 4 + i, XEMASK);
+    }
+    // 4: the program. Two passes: instruction start offsets first (branch targets point back).
+    let body_start = a.code.len();
+    let mut starts = Vec::with_capacity(code.len() + 1);
+    for bc in code {
+        starts.push(a.code.len());
+        emit_instruction(&mut a, bc, &starts, body_start, v2);
+    }
+    starts.push(a.code.len());
+    // 5-8: dataset read.
+    asm::mov_r32(&mut a, RDX, RBP); // edx = ma (the read address mt)
+    asm::mov_rr(&mut a, RAX, r(read_reg[2]));
+    asm::xor_rr(&mut a, RAX, r(read_reg[3]));
+    asm::mov_r32(&mut a, RAX, RAX); // zero-extend: low 32 bits of the mix
+    if !v2 {
+        asm::shift_imm(&mut a, 4, RAX, 32); // v1: mp = mx (high half)
+    }
+    asm::xor_rr(&mut a, RBP, RAX);
+    asm::and_r32_imm(&mut a, RDX, CACHE_LINE_ALIGN_MASK as u32);
+    match mode {
+        JitMode::Fast => {
+            // Prefetch mp: v1 mx (high half), v2 ma (low half).
+            asm::mov_rr(&mut a, RCX, RBP);
+            if !v2 {
+                asm::shift_imm(&mut a, 5, RCX, 32);
+            }
+            asm::and_r32_imm(&mut a, RCX, CACHE_LINE_ALIGN_MASK as u32);
+            asm::prefetchnta(&mut a, &Mem::indexed(RDI, RCX, 0));
+            for i in 0..8u8 {
+                asm::op_rm(
+                    &mut a,
+                    0x33,
+                    r(i),
+                    &Mem {
+                        base: RDI,
+                        index: Some((RDX, 0)),
+                        disp: 8 * i as i32,
+                    },
+                );
+            }
+        }
+        JitMode::Light => {
+            // Save caller-saved state, call item_fn(item_ctx, address, rsp + FRAME_ITEM).
+            for i in 0..8u8 {
+                asm::sse_rm(
+                    &mut a,
+                    Some(0x66),
+                    asm::MOVUPD_STORE,
+                    i,
+                    &Mem::base(RSP, FRAME_XMM + 16 * i as i32),
+                );
+            }
+            for i in 0..4u8 {
+                asm::op_rm(
+                    &mut a,
+                    0x89,
+                    r(i),
+                    &Mem::base(RSP, FRAME_GPR + 8 * i as i32),
+                );
+            }
+            asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
+            asm::op_rm(
+                &mut a,
+                0x8B,
+                RDI,
+                &Mem::base(RCX, state_off(offset_of!(JitState, item_ctx))),
+            );
+            asm::op_rm(
+                &mut a,
+                0x8B,
+                RAX,
+                &Mem::base(RCX, state_off(offset_of!(JitState, item_fn))),
+            );
+            asm::mov_rr(&mut a, RSI, RDX);
+            asm::op_rm(&mut a, 0x8D, RDX, &Mem::base(RSP, FRAME_ITEM));
+            asm::call_rax(&mut a);
+            asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
+            asm::op_rm(
+                &mut a,
+                0x8B,
+                RSI,
+                &Mem::base(RCX, state_off(offset_of!(JitState, scratchpad))),
+            );
+            for i in 0..4u8 {
+                asm::op_rm(
+                    &mut a,
+                    0x8B,
+                    r(i),
+                    &Mem::base(RSP, FRAME_GPR + 8 * i as i32),
+                );
+            }
+            for i in 0..8u8 {
+                asm::sse_rm(
+                    &mut a,
+                    Some(0x66),
+                    asm::MOVUPD_LOAD,
+                    i,
+                    &Mem::base(RSP, FRAME_XMM + 16 * i as i32),
+                );
+            }
+            for i in 0..4u8 {
+                asm::sse_rm(
+                    &mut a,
+                    Some(0x66),
+                    asm::MOVUPD_LOAD,
+                    8 + i,
+                    &Mem::base(RCX, state_off(offset_of!(JitState, a) + 16 * i as usize)),
+                );
+            }
+            asm::sse_rm(
+                &mut a,
+                Some(0x66),
+                asm::MOVUPD_LOAD,
+                XMANT,
+                &Mem::base(RCX, state_off(offset_of!(JitState, mantissa_mask))),
+            );
+            asm::sse_rm(
+                &mut a,
+                Some(0x66),
+                asm::MOVUPD_LOAD,
+                XEMASK,
+                &Mem::base(RCX, state_off(offset_of!(JitState, e_mask))),
+            );
+            asm::sse_rm(
+                &mut a,
+                Some(0x66),
+                asm::MOVUPD_LOAD,
+                XSCALE,
+                &Mem::base(RCX, state_off(offset_of!(JitState, scale_mask))),
+            );
+            // The callee may have changed MXCSR's rounding (Rust code assumes nearest): reload it.
+            asm::mxcsr(&mut a, 2, &Mem::base(RSP, FRAME_MXCSR));
+            for i in 0..8u8 {
+                asm::op_rm(
+                    &mut a,
+                    0x33,
+                    r(i),
+                    &Mem::base(RSP, FRAME_ITEM + 8 * i as i32),
+                );
+            }
+        }
+    }
+    asm::shift_imm(&mut a, 1, RBP, 32); // ror rbp, 32: swap ma and mx
+                                        // 9: integer registers to spAddr1.
+    asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_SP1));
+    for i in 0..8u8 {
+        asm::op_rm(&mut a, 0x89, r(i), &Mem::base(RCX, 8 * i as i32));
+    }
+    // 10: mix F with E.
+    if v2 {
+        for k in 0..4u8 {
+            for fi in 0..4u8 {
+                asm::aes_round(&mut a, fi % 2 == 1, fi, 4 + k);
+            }
+        }
+    } else {
+        for i in 0..4u8 {
+            asm::sse_rr(&mut a, None, asm::XORPS, i, 4 + i);
+        }
+    }
+    // 11: F registers to spAddr0.
+    asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_SP0));
+    for i in 0..4u8 {
+        asm::sse_rm(
+            &mut a,
+            Some(0x66),
+            asm::MOVUPD_STORE,
+            i,
+            &Mem::base(RCX, 16 * i as i32),
+        );
+    }
+    // 13: loop.
+    asm::group1_ri(&mut a, 5, RBX, 1);
+    let at = a.code.len();
+    asm::jcc_rel32(&mut a, asm::CC_NZ, at, loop_start);
+
+    // Epilogue: registers back to the state, caller's MXCSR restored.
+    asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
+    for i in 0..8u8 {
+        asm::op_rm(
+            &mut a,
+            0x89,
+            r(i),
+            &Mem::base(RCX, state_off(offset_of!(JitState, r) + 8 * i as usize)),
+        );
+    }
+    for i in 0..4u8 {
+        asm::sse_rm(
+            &mut a,
+            Some(0x66),
+            asm::MOVUPD_STORE,
+            i,
+            &Mem::base(RCX, state_off(offset_of!(JitState, f) + 16 * i as usize)),
+        );
+        asm::sse_rm(
+            &mut a,
+            Some(0x66),
+            asm::MOVUPD_STORE,
+            4 + i,
+            &Mem::base(RCX, state_off(offset_of!(JitState, e) + 16 * i as usize)),
+        );
+    }
+    asm::op_rm(
+        &mut a,
+        0x89,
+        RBP,
+        &Mem::base(RCX, state_off(offset_of!(JitState, mem))),
+    );
+    asm::mxcsr(
+        &mut a,
+        2,
+        &Mem::base(RCX, state_off(offset_of!(JitState, saved_mxcsr))),
+    );
+    asm::group1_ri(&mut a, 0, RSP, FRAME_SIZE);
+    for &reg in CALLEE_SAVED.iter().rev() {
+        asm::pop(&mut a, reg);
+    }
+    asm::ret(&mut a);
+    a.code
+}
+
+/// A reusable code region for one VM: programs are recompiled into it for every program of
+/// every hash. In secure mode the region flips between read-write and read-execute (W^X, like
+/// the reference's RANDOMX_FLAG_SECURE); otherwise it is mapped read-write-execute once, which
+/// saves two `mprotect` calls per program.
+pub struct ProgramCode {
+    ptr: *mut u8,
+    cap: usize,
+    secure: bool,
+    len: usize,
+}
+
+// SAFETY: the region is owned by one VM and only used through &mut self.
+unsafe impl Send for ProgramCode {}
+
+/// Largest code a program compiles to (384 instructions of at most 40 bytes plus the loop).
+const CODE_CAPACITY: usize = 64 * 1024;
+
+type LoopFn = unsafe extern "sysv64" fn(*mut JitState);
+
+impl ProgramCode {
+    pub fn new(secure: bool) -> Result<Self, JitError> {
+        let cap = CODE_CAPACITY;
+        let prot = if secure {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC
+        };
+        // SAFETY: anonymous private mapping, result checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                cap,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            if !secure {
+                // Some kernels/policies refuse RWX mappings: fall back to W^X.
+                return Self::new(true);
+            }
+            return Err(JitError::Map(std::io::Error::last_os_error()));
+        }
+        Ok(ProgramCode {
+            ptr: p as *mut u8,
+            cap,
+            secure,
+            len: 0,
+        })
+    }
+
+    pub fn is_secure(&self) -> bool {
+        self.secure
+    }
+
+    fn protect(&self, prot: i32) -> Result<(), JitError> {
+        // SAFETY: our own mapping.
+        if unsafe { libc::mprotect(self.ptr as *mut libc::c_void, self.cap, prot) } != 0 {
+            return Err(JitError::Protect(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Installs machine code.
+    pub fn load(&mut self, code: &[u8]) -> Result<(), JitError> {
+        assert!(
+            code.len() <= self.cap,
+            "program code exceeds the JIT region"
+        );
+        if self.secure {
+            self.protect(libc::PROT_READ | libc::PROT_WRITE)?;
+        }
+        // SAFETY: bounds checked; the region is writable now.
+        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), self.ptr, code.len()) };
+        self.len = code.len();
+        if self.secure {
+            self.protect(libc::PROT_READ | libc::PROT_EXEC)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the installed loop on `state`.
+    ///
+    /// # Safety
+    /// The installed code must come from [`compile`] with the mode matching `state` (fast: a
+    /// valid dataset pointer; light: a valid callback), and `state.scratchpad` must point to a
+    /// writable scratchpad of `RANDOMX_SCRATCHPAD_L3` bytes.
+    pub unsafe fn run(&self, state: &mut JitState) {
+        assert!(self.len > 0, "no program loaded");
+        // SAFETY: the region holds a complete function emitted by compile() (System V ABI:
+        // callee-saved registers and MXCSR restored); the caller guarantees the pointers.
+        unsafe {
+            let f: LoopFn = std::mem::transmute::<*mut u8, LoopFn>(self.ptr);
+            f(state);
+        }
+    }
+}
+
+impl Drop for ProgramCode {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.cap) };
+    }
+}
+
+/// What the light-mode callback needs: the cache and the program's datasetOffset.
+struct LightCtx<'a> {
+    cache: &'a crate::cache::Cache,
+    dataset_offset: u64,
+}
+
+unsafe extern "sysv64" fn light_item(ctx: *const std::ffi::c_void, address: u64, out: *mut u64) {
+    // SAFETY: ctx is the LightCtx that `execute` keeps alive for the whole run; out points to
+    // the 64-byte item buffer in the JIT frame.
+    unsafe {
+        let ctx = &*(ctx as *const LightCtx<'_>);
+        let item = ctx.cache.dataset_item((ctx.dataset_offset + address) / 64);
+        std::ptr::copy_nonoverlapping(item.as_ptr(), out, 8);
+    }
+}
+
+/// Installs `machine_code` (from [`compile`] with the mode matching `source`) and runs it on
+/// `state`, pointing it at `scratchpad` and the dataset or cache of `source`. Safe: every pointer
+/// the compiled loop dereferences is derived here from live references.
+pub fn execute(
+    region: &mut ProgramCode,
+    machine_code: &[u8],
+    mode: JitMode,
+    state: &mut JitState,
+    scratchpad: &mut [u8],
+    source: &super::DatasetSource,
+    dataset_offset: u64,
+) -> Result<(), JitError> {
+    assert_eq!(scratchpad.len(), SCRATCHPAD_L3, "scratchpad size");
+    assert!(dataset_offset <= DATASET_EXTRA_SIZE, "dataset offset");
+    region.load(machine_code)?;
+    state.scratchpad = scratchpad.as_mut_ptr();
+    match source {
+        super::DatasetSource::Fast(d) => {
+            assert_eq!(mode, JitMode::Fast, "fast-mode code for a dataset");
+            // SAFETY: the offset is at most DATASET_EXTRA_SIZE, and every read is below
+            // offset + DATASET_BASE_SIZE <= the dataset size.
+            state.dataset = unsafe { d.memory_ptr().add(dataset_offset as usize) };
+            state.item_fn = None;
+            // SAFETY: code from compile(Fast); dataset and scratchpad pointers valid for the call.
+            unsafe { region.run(state) };
+        }
+        super::DatasetSource::Light(c) => {
+            assert_eq!(mode, JitMode::Light, "light-mode code for a cache");
+            let ctx = LightCtx {
+                cache: c,
+                dataset_offset,
+            };
+            state.item_ctx = &ctx as *const LightCtx<'_> as *const std::ffi::c_void;
+            state.item_fn = Some(light_item);
+            state.dataset = std::ptr::null();
+            // SAFETY: code from compile(Light); ctx outlives the call.
+            unsafe { region.run(state) };
+            state.item_ctx = std::ptr::null();
+        }
+    }
+    state.scratchpad = std::ptr::null_mut();
+    Ok(())
+}
