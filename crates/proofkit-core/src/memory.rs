@@ -228,6 +228,17 @@ impl LargeBuffer {
         // SAFETY: as above, exclusive through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u64, self.len / 8) }
     }
+
+    /// Views the buffer as u32 words (page alignment >= 4; a trailing partial word is dropped).
+    pub fn as_u32_slice(&self) -> &[u32] {
+        // SAFETY: page alignment >= 4; the length is rounded down to whole words.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u32, self.len / 4) }
+    }
+
+    pub fn as_u32_slice_mut(&mut self) -> &mut [u32] {
+        // SAFETY: as above, exclusive through &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u32, self.len / 4) }
+    }
 }
 
 impl Drop for LargeBuffer {
