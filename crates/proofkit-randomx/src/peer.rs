@@ -172,6 +172,45 @@ impl LibRandomx {
     }
 }
 
+type Blake2b =
+    unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, *const c_void, usize) -> i32;
+type Blake2bLong = unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> i32;
+
+impl LibRandomx {
+    /// The library's internal Blake2b (`randomx_blake2b`), where exported.
+    pub fn blake2b(&self, out: &mut [u8], input: &[u8]) -> Option<()> {
+        // SAFETY: the exported symbol has the blake2b(out, outlen, in, inlen, key, keylen)
+        // signature of the reference's blake2.h; out/in are valid for their lengths.
+        unsafe {
+            let f: Symbol<'_, Blake2b> = self.lib.get(b"randomx_blake2b\0").ok()?;
+            (f(
+                out.as_mut_ptr() as *mut c_void,
+                out.len(),
+                input.as_ptr() as *const c_void,
+                input.len(),
+                std::ptr::null(),
+                0,
+            ) == 0)
+                .then_some(())
+        }
+    }
+
+    /// The library's Argon2 H' (`randomx_blake2b_long`), where exported.
+    pub fn blake2b_long(&self, out: &mut [u8], input: &[u8]) -> Option<()> {
+        // SAFETY: blake2b_long(out, outlen, in, inlen) as in the reference's blake2.h.
+        unsafe {
+            let f: Symbol<'_, Blake2bLong> = self.lib.get(b"randomx_blake2b_long\0").ok()?;
+            (f(
+                out.as_mut_ptr() as *mut c_void,
+                out.len(),
+                input.as_ptr() as *const c_void,
+                input.len(),
+            ) == 0)
+                .then_some(())
+        }
+    }
+}
+
 impl PeerCache<'_> {
     /// Word `i` of the Argon2 memory, where the library exports `randomx_get_cache_memory`
     /// (added in 1.2; Debian's 1.1.10 lacks it).

@@ -58,6 +58,11 @@ pub struct JitState {
     pub item_fn: Option<ItemFn>,
 }
 
+// SAFETY: the raw pointers are set by `execute` for the duration of one call and cleared after
+// it (dataset: a pointer into an Arc-held dataset the VM keeps alive); a JitState moved to
+// another thread carries no live borrow.
+unsafe impl Send for JitState {}
+
 /// The light-mode dataset item callback.
 pub type ItemFn = unsafe extern "sysv64" fn(*const std::ffi::c_void, u64, *mut u64);
 
