@@ -30,7 +30,10 @@ pub fn process_cpu_time() -> Option<Duration> {
 
 #[cfg(target_os = "linux")]
 fn clock(id: libc::clockid_t) -> Option<Duration> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec into memory we own.
     let rc = unsafe { libc::clock_gettime(id, &mut ts) };
     (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
