@@ -167,6 +167,51 @@ impl Cache {
     }
 }
 
+impl Cache {
+    /// `N` consecutive dataset items from `first`, computed interleaved: program `i` runs for
+    /// every item before program `i + 1`, so that the `N` independent cache-line reads of each
+    /// step are in flight together instead of one after another.
+    #[inline]
+    pub fn dataset_items<const N: usize>(&self, first: u64) -> [[u64; 8]; N] {
+        debug_assert!(self.is_initialized());
+        let words = self.words();
+        let mut regs = [[0u64; 8]; N];
+        let mut index = [0u64; N];
+        for k in 0..N {
+            let item = first + k as u64;
+            let r0 = item.wrapping_add(1).wrapping_mul(ITEM_MUL);
+            regs[k][0] = r0;
+            for i in 0..7 {
+                regs[k][i + 1] = r0 ^ ITEM_XOR[i];
+            }
+            index[k] = item;
+        }
+        for (i, prog) in self.programs.iter().enumerate() {
+            let mut mix = [[0u64; 8]; N];
+            for k in 0..N {
+                let base = ((index[k] % CACHE_ITEM_COUNT) * 8) as usize;
+                mix[k].copy_from_slice(&words[base..base + 8]);
+            }
+            for r in regs.iter_mut() {
+                #[cfg(target_arch = "x86_64")]
+                match &self.compiled {
+                    Some(c) => c.execute(i, r),
+                    None => prog.execute(r),
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                prog.execute(r);
+            }
+            for k in 0..N {
+                for j in 0..8 {
+                    regs[k][j] ^= mix[k][j];
+                }
+                index[k] = regs[k][prog.address_register];
+            }
+        }
+        regs
+    }
+}
+
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
@@ -179,6 +224,22 @@ impl std::fmt::Debug for Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interleaved_items_equal_single_items() {
+        let cache = Cache::new(b"interleave", PagePolicy::Transparent).unwrap();
+        for first in [0u64, 12345, crate::config::DATASET_ITEM_COUNT - 8] {
+            let batch = cache.dataset_items::<8>(first);
+            for (k, item) in batch.iter().enumerate() {
+                assert_eq!(
+                    *item,
+                    cache.dataset_item(first + k as u64),
+                    "item {}",
+                    first + k as u64
+                );
+            }
+        }
+    }
 
     #[test]
     fn xor_constants_are_the_documented_hash() {
