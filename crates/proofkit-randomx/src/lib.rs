@@ -25,6 +25,7 @@
 
 pub mod aes;
 mod argon2_fill;
+pub mod argon2d;
 pub mod blake;
 pub mod cache;
 pub mod config;

@@ -212,6 +212,18 @@ impl LibRandomx {
 }
 
 impl PeerCache<'_> {
+    /// `randomx_init_cache` again on the same allocation (a key change, as nodes do it).
+    pub fn reinit(&mut self, key: &[u8]) {
+        // SAFETY: ptr is an allocated cache; init reads key.len() bytes.
+        unsafe {
+            self.lib.sym::<InitCache>(b"randomx_init_cache\0")(
+                self.ptr,
+                key.as_ptr() as *const c_void,
+                key.len(),
+            )
+        }
+    }
+
     /// Word `i` of the Argon2 memory, where the library exports `randomx_get_cache_memory`
     /// (added in 1.2; Debian's 1.1.10 lacks it).
     pub fn word(&self, i: usize) -> Option<u64> {
