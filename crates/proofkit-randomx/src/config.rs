@@ -64,6 +64,6 @@ const _: () = assert!(
         && SCRATCHPAD_L1.is_power_of_two()
 );
 const _: () = assert!(SCRATCHPAD_L1 <= SCRATCHPAD_L2 && SCRATCHPAD_L2 <= SCRATCHPAD_L3);
-const _: () = assert!(DATASET_EXTRA_SIZE % 64 == 0);
-const _: () = assert!(PROGRAM_SIZE_V1 % 8 == 0 && PROGRAM_SIZE_V2 % 8 == 0);
+const _: () = assert!(DATASET_EXTRA_SIZE.is_multiple_of(64));
+const _: () = assert!(PROGRAM_SIZE_V1.is_multiple_of(8) && PROGRAM_SIZE_V2.is_multiple_of(8));
 const _: () = assert!(ARGON_SALT.len() >= 8);

@@ -105,7 +105,7 @@ impl LibRandomx {
 
     pub fn dataset_item_count(&self) -> u64 {
         // SAFETY: no arguments.
-        unsafe { self.sym::<ItemCount>(b"randomx_dataset_item_count\0")() as u64 }
+        unsafe { self.sym::<ItemCount>(b"randomx_dataset_item_count\0")() }
     }
 
     /// Allocates a dataset and initialises items `start..start+count` on `threads` threads.

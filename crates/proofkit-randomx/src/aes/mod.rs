@@ -148,7 +148,7 @@ impl Aes {
     /// AesGenerator1R: fills `out` (a multiple of 64 bytes) and advances `state`.
     pub fn fill_1r(self, state: &mut [u8; 64], out: &mut [u8]) {
         assert!(
-            out.len() % 64 == 0,
+            out.len().is_multiple_of(64),
             "AesGenerator1R output must be whole 64-byte blocks"
         );
         match self {
@@ -161,7 +161,7 @@ impl Aes {
     /// AesGenerator4R: fills `out` (a multiple of 64 bytes) and advances `state`.
     pub fn fill_4r(self, state: &mut [u8; 64], out: &mut [u8]) {
         assert!(
-            out.len() % 64 == 0,
+            out.len().is_multiple_of(64),
             "AesGenerator4R output must be whole 64-byte blocks"
         );
         match self {
@@ -174,7 +174,7 @@ impl Aes {
     /// AesHash1R of `input` (a multiple of 64 bytes).
     pub fn hash_1r(self, input: &[u8]) -> [u8; 64] {
         assert!(
-            input.len() % 64 == 0,
+            input.len().is_multiple_of(64),
             "AesHash1R input must be whole 64-byte blocks"
         );
         match self {
