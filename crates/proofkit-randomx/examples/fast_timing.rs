@@ -1,0 +1,50 @@
+//! CPU time per fast-mode hash on one thread, ours and the system librandomx's, with the same
+//! page size for both datasets when `hugetlb` is given (reserve vm.nr_hugepages first), else ours
+//! on transparent huge pages and the reference on its default 4 KiB pages.
+use proofkit_randomx::peer::{LibRandomx, FLAG_FULL_MEM, FLAG_LARGE_PAGES};
+use proofkit_randomx::{Cache, Dataset, PagePolicy, Version, Vm};
+use std::sync::Arc;
+
+fn cpu() -> f64 {
+    proofkit_core::cputime::process_cpu_time().unwrap().as_secs_f64()
+}
+
+fn main() {
+    let huge = std::env::args().any(|a| a == "hugetlb");
+    let pages = if huge { PagePolicy::HugetlbFirst } else { PagePolicy::Transparent };
+    let threads = 2;
+    let key = b"fast timing";
+    let cache = Cache::new(key, pages).unwrap();
+    let t = std::time::Instant::now();
+    let d = Arc::new(Dataset::build(&cache, pages, threads, &|_, _| {}).unwrap());
+    println!("proofkit dataset: {:.1} s wall on {threads} threads, pages {}", t.elapsed().as_secs_f64(), d.page_kind());
+    drop(cache);
+    let n = 300;
+    let mut vm = Vm::fast(d.clone(), Version::V1).unwrap();
+    let mut blob = [0u8; 76];
+    let t = cpu();
+    for i in 0..n {
+        blob[39..43].copy_from_slice(&(i as u32).to_le_bytes());
+        std::hint::black_box(vm.hash(&blob));
+    }
+    let ours = (cpu() - t) / n as f64;
+    drop(vm);
+    drop(d);
+    let lib = LibRandomx::load().unwrap();
+    let mut flags = lib.recommended_flags() | FLAG_FULL_MEM;
+    if huge {
+        flags |= FLAG_LARGE_PAGES;
+    }
+    let c = lib.cache(flags, key).unwrap();
+    let t = std::time::Instant::now();
+    let pd = lib.dataset(flags, &c, threads).unwrap();
+    println!("librandomx dataset: {:.1} s wall on {threads} threads (flags {flags})", t.elapsed().as_secs_f64());
+    let mut pvm = lib.vm(flags, Some(&c), Some(&pd)).unwrap();
+    let t = cpu();
+    for i in 0..n {
+        blob[39..43].copy_from_slice(&(i as u32).to_le_bytes());
+        std::hint::black_box(pvm.hash(&blob));
+    }
+    let theirs = (cpu() - t) / n as f64;
+    println!("fast hash cpu: proofkit {:.2} ms, librandomx {:.2} ms, ratio {:.2}", ours * 1e3, theirs * 1e3, theirs / ours);
+}
