@@ -332,3 +332,19 @@ mod tests {
         ));
     }
 }
+
+/// Hints the CPU to bring the cache line holding `value` into all cache levels. A hint only:
+/// never faults, never changes results.
+#[inline(always)]
+pub fn prefetch_read<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 has no architectural effect and cannot fault, whatever the address;
+    // SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            value as *const T as *const i8,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}

@@ -6,18 +6,28 @@ use proofkit_randomx::{Cache, Dataset, PagePolicy, Version, Vm};
 use std::sync::Arc;
 
 fn cpu() -> f64 {
-    proofkit_core::cputime::process_cpu_time().unwrap().as_secs_f64()
+    proofkit_core::cputime::process_cpu_time()
+        .unwrap()
+        .as_secs_f64()
 }
 
 fn main() {
     let huge = std::env::args().any(|a| a == "hugetlb");
-    let pages = if huge { PagePolicy::HugetlbFirst } else { PagePolicy::Transparent };
+    let pages = if huge {
+        PagePolicy::HugetlbFirst
+    } else {
+        PagePolicy::Transparent
+    };
     let threads = 2;
     let key = b"fast timing";
     let cache = Cache::new(key, pages).unwrap();
     let t = std::time::Instant::now();
     let d = Arc::new(Dataset::build(&cache, pages, threads, &|_, _| {}).unwrap());
-    println!("proofkit dataset: {:.1} s wall on {threads} threads, pages {}", t.elapsed().as_secs_f64(), d.page_kind());
+    println!(
+        "proofkit dataset: {:.1} s wall on {threads} threads, pages {}",
+        t.elapsed().as_secs_f64(),
+        d.page_kind()
+    );
     drop(cache);
     let n = 300;
     let mut vm = Vm::fast(d.clone(), Version::V1).unwrap();
@@ -38,7 +48,10 @@ fn main() {
     let c = lib.cache(flags, key).unwrap();
     let t = std::time::Instant::now();
     let pd = lib.dataset(flags, &c, threads).unwrap();
-    println!("librandomx dataset: {:.1} s wall on {threads} threads (flags {flags})", t.elapsed().as_secs_f64());
+    println!(
+        "librandomx dataset: {:.1} s wall on {threads} threads (flags {flags})",
+        t.elapsed().as_secs_f64()
+    );
     let mut pvm = lib.vm(flags, Some(&c), Some(&pd)).unwrap();
     let t = cpu();
     for i in 0..n {
@@ -46,5 +59,10 @@ fn main() {
         std::hint::black_box(pvm.hash(&blob));
     }
     let theirs = (cpu() - t) / n as f64;
-    println!("fast hash cpu: proofkit {:.2} ms, librandomx {:.2} ms, ratio {:.2}", ours * 1e3, theirs * 1e3, theirs / ours);
+    println!(
+        "fast hash cpu: proofkit {:.2} ms, librandomx {:.2} ms, ratio {:.2}",
+        ours * 1e3,
+        theirs * 1e3,
+        theirs / ours
+    );
 }

@@ -148,6 +148,8 @@ impl Cache {
         for (i, prog) in self.programs.iter().enumerate() {
             let base = ((cache_index % CACHE_ITEM_COUNT) * 8) as usize;
             let mix = &words[base..base + 8];
+            // Start the (DRAM-latency) read now, so that it overlaps the program's execution.
+            proofkit_core::memory::prefetch_read(&mix[0]);
             #[cfg(target_arch = "x86_64")]
             match &self.compiled {
                 Some(c) => c.execute(i, &mut r),
@@ -188,6 +190,10 @@ impl Cache {
         }
         for (i, prog) in self.programs.iter().enumerate() {
             let mut mix = [[0u64; 8]; N];
+            for k in 0..N {
+                let base = ((index[k] % CACHE_ITEM_COUNT) * 8) as usize;
+                proofkit_core::memory::prefetch_read(&words[base]);
+            }
             for k in 0..N {
                 let base = ((index[k] % CACHE_ITEM_COUNT) * 8) as usize;
                 mix[k].copy_from_slice(&words[base..base + 8]);
