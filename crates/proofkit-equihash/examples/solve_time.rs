@@ -1,0 +1,40 @@
+//! Times solves of (n, k) on the benchmark's instances: `cargo run --release --example
+//! solve_time -- N K ITERS THREADS MODE [HEIGHT]`.
+use proofkit_equihash::{nonce_from_int, solve, HashGen, Mode, Params, SolverConfig};
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let get = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
+    let p = Params::new(get(1, "200").parse().unwrap(), get(2, "9").parse().unwrap()).unwrap();
+    let iters: u32 = get(3, "2").parse().unwrap();
+    let threads: usize = get(4, "1").parse().unwrap();
+    let height: u32 = get(6, "0").parse().unwrap();
+    let mode = match get(5, "full").as_str() {
+        "pr" => Mode::Pr { height },
+        "em" => Mode::Em,
+        _ => Mode::Full,
+    };
+    let header = vec![0u8; 108];
+    let t = std::time::Instant::now();
+    let mut total = 0;
+    for i in 0..iters {
+        let gen = HashGen::new(p, b"ZcashPoW", &header, &nonce_from_int(i as u128)).unwrap();
+        let (s, st) = solve(
+            &gen,
+            &SolverConfig {
+                mode,
+                threads,
+                spill_dir: None,
+            },
+        )
+        .unwrap();
+        eprintln!("nonce {i}: {} solutions {st:?}", s.len());
+        total += s.len();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "{total} solutions in {secs:.3} s ({:.3} Sol/s), peak RSS {} kB",
+        total as f64 / secs,
+        proofkit_core::peak::peak_rss_kb()
+    );
+}

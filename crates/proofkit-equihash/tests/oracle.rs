@@ -1,0 +1,167 @@
+//! Random-input checks against two oracles: the `equihash` crate's `is_valid_solution`
+//! (every solution we find must be valid for it, and our verifier must agree with it on
+//! mutated solutions), and this crate's small reference solver (the fast solver must find
+//! exactly its solutions). Also: every memory mode and thread count gives the same set.
+
+use proofkit_equihash::{
+    minimal, nonce_from_int, reference, solve, verify_minimal, HashGen, Mode, Params, SolverConfig,
+};
+use rand::{Rng, SeedableRng};
+
+fn random_instance(rng: &mut rand::rngs::SmallRng) -> (Vec<u8>, [u8; 32]) {
+    let len = rng.gen_range(0..160);
+    let input: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+    let mut nonce = [0u8; 32];
+    rng.fill(&mut nonce);
+    (input, nonce)
+}
+
+fn cfg(mode: Mode, threads: usize) -> SolverConfig {
+    SolverConfig {
+        mode,
+        threads,
+        spill_dir: None,
+    }
+}
+
+/// Every solution found on random (48,5) and (96,5) instances is valid for the `equihash`
+/// crate; our verifier agrees with it on valid and mutated solutions.
+#[test]
+fn solutions_are_valid_for_the_equihash_crate() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed);
+    let mut checked = 0;
+    for (n, k, count) in [(48u32, 5u32, 300), (96, 5, 120)] {
+        let p = Params::new(n, k).unwrap();
+        for _ in 0..count {
+            let (input, nonce) = random_instance(&mut rng);
+            let gen = HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
+            let (sols, _) = solve(&gen, &cfg(Mode::Full, 2)).unwrap();
+            for s in sols {
+                let enc = minimal::encode(p, &s).unwrap();
+                equihash::is_valid_solution(n, k, &input, &nonce, &enc).unwrap();
+                verify_minimal(&gen, &enc).unwrap();
+                checked += 1;
+                // Mutations: the two verifiers agree on acceptance.
+                for _ in 0..4 {
+                    let mut m = s.clone();
+                    match rng.gen_range(0..3) {
+                        0 => {
+                            let (a, b) = (rng.gen_range(0..m.len()), rng.gen_range(0..m.len()));
+                            m.swap(a, b);
+                        }
+                        1 => {
+                            let a = rng.gen_range(0..m.len());
+                            m[a] = rng.gen_range(0..p.num_indices() as u32);
+                        }
+                        _ => {
+                            let half = m.len() / 2;
+                            let at = rng.gen_range(0..half / 2) * 2;
+                            m.copy_within(at..at + 2, half + at);
+                        }
+                    }
+                    let enc = minimal::encode(p, &m).unwrap();
+                    let ours = verify_minimal(&gen, &enc).is_ok();
+                    let theirs = equihash::is_valid_solution(n, k, &input, &nonce, &enc).is_ok();
+                    assert_eq!(ours, theirs, "({n},{k}) mutation {m:?}");
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} solutions checked");
+}
+
+/// The fast solver finds exactly the reference solver's solutions.
+#[test]
+fn solver_matches_the_reference_solver() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let mut total = 0;
+    for (n, k, count) in [(48u32, 5u32, 200), (96, 5, 6), (64, 3, 20)] {
+        let p = Params::new(n, k).unwrap();
+        for _ in 0..count {
+            let (input, nonce) = random_instance(&mut rng);
+            let gen = HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
+            let want = reference::solve(&gen);
+            let (got, stats) = solve(&gen, &cfg(Mode::Full, 1)).unwrap();
+            assert_eq!(
+                got,
+                want,
+                "({n},{k}) input {} nonce {}: {stats:?}",
+                hex::encode(&input),
+                hex::encode(nonce)
+            );
+            total += want.len();
+        }
+    }
+    assert!(total > 50, "only {total} solutions compared");
+}
+
+/// Full (1 and 2 threads), every post-retrieval height and external memory give the same
+/// solution set.
+#[test]
+fn all_modes_give_the_same_solutions() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(99);
+    for (n, k, count) in [(96u32, 5u32, 8), (48, 5, 40), (192, 7, 0)] {
+        let p = Params::new(n, k).unwrap();
+        for _ in 0..count {
+            let (input, nonce) = random_instance(&mut rng);
+            let gen = HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
+            let (base, _) = solve(&gen, &cfg(Mode::Full, 1)).unwrap();
+            let mut modes = vec![cfg(Mode::Full, 2), cfg(Mode::Em, 1), cfg(Mode::Em, 2)];
+            for h in 0..k {
+                modes.push(cfg(Mode::Pr { height: h }, 2));
+            }
+            for c in modes {
+                assert_eq!(
+                    solve(&gen, &c).unwrap().0,
+                    base,
+                    "({n},{k}) mode {} threads {}",
+                    c.mode,
+                    c.threads
+                );
+            }
+        }
+    }
+}
+
+/// (200,9): one instance, three modes and two thread counts agree, and each solution is valid
+/// for the `equihash` crate (a few seconds per solve).
+#[test]
+fn modes_agree_on_200_9() {
+    let p = Params::new(200, 9).unwrap();
+    let input = b"block header";
+    let nonce = nonce_from_int(0);
+    let gen = HashGen::new(p, b"ZcashPoW", input, &nonce).unwrap();
+    let (base, _) = solve(&gen, &cfg(Mode::Full, 2)).unwrap();
+    for s in &base {
+        equihash::is_valid_solution(200, 9, input, &nonce, &minimal::encode(p, s).unwrap())
+            .unwrap();
+    }
+    for c in [
+        cfg(Mode::Em, 2),
+        cfg(Mode::Pr { height: 3 }, 2),
+        cfg(Mode::Full, 1),
+    ] {
+        assert_eq!(
+            solve(&gen, &c).unwrap().0,
+            base,
+            "mode {} threads {}",
+            c.mode,
+            c.threads
+        );
+    }
+}
+
+#[test]
+fn bad_settings_are_typed_errors() {
+    let p = Params::new(96, 5).unwrap();
+    let gen = HashGen::new(p, b"ZcashPoW", b"x", &[0; 32]).unwrap();
+    assert!(matches!(
+        solve(&gen, &cfg(Mode::Pr { height: 5 }, 1)),
+        Err(proofkit_equihash::SolveError::BadHeight { .. })
+    ));
+    let big = HashGen::new(Params::new(216, 7).unwrap(), b"ZcashPoW", b"x", &[0; 32]).unwrap();
+    assert!(matches!(
+        solve(&big, &cfg(Mode::Full, 1)),
+        Err(proofkit_equihash::SolveError::TooLarge(..))
+    ));
+}
