@@ -12,5 +12,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     crate::randomx::main_bench(args.json)?;
+    crate::state::main_bench(args.json)?;
+    crate::equihash::main_bench(args.json)?;
+    crate::vdf::main_bench(args.json)?;
     Ok(())
 }

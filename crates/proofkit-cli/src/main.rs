@@ -4,11 +4,18 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod equihash;
 mod randomx;
+mod state;
 mod util;
+mod vdf;
 
 #[derive(Parser)]
-#[command(name = "proofkit", version, about = "Proof-of-work, VDF and state-root engines")]
+#[command(
+    name = "proofkit",
+    version,
+    about = "Proof-of-work, VDF and state-root engines"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,6 +25,12 @@ struct Cli {
 enum Command {
     /// RandomX (Monero's proof of work, v1 and v2)
     Randomx(randomx::Args),
+    /// Ethereum state: Merkle-Patricia roots, proofs, a paged store, the Paprika benchmark
+    State(state::Args),
+    /// Equihash (Zcash proof of work): solve, verify, bench
+    Equihash(equihash::Args),
+    /// Recursive SHA-256 VDF: chain, prove, verify, bench
+    Vdf(vdf::Args),
     /// The main job: every engine's benchmark beside its peer
     Bench(bench::Args),
 }
@@ -26,6 +39,9 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Randomx(a) => randomx::run(a),
+        Command::State(a) => state::run(a),
+        Command::Equihash(a) => equihash::run(a),
+        Command::Vdf(a) => vdf::run(a),
         Command::Bench(a) => bench::run(a),
     };
     if let Err(e) = result {

@@ -895,7 +895,9 @@ fn component_report(
         if let Ok(lib) = LibRandomx::load() {
             let flags = lib.recommended_flags();
             // Re-key one allocation, as nodes do (and as the proofkit row above does).
-            let mut c = lib.cache(flags, b"component bench 0").ok_or("librandomx: cannot allocate cache")?;
+            let mut c = lib
+                .cache(flags, b"component bench 0")
+                .ok_or("librandomx: cannot allocate cache")?;
             let t0 = Instant::now();
             for k in 1..4 {
                 c.reinit(format!("component bench {k}").as_bytes());

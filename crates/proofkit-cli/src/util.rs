@@ -20,7 +20,11 @@ impl fmt::Display for ExitCode {
 impl std::error::Error for ExitCode {}
 
 /// Bytes from a `--x TEXT | --x-hex HEX` pair of options (exactly one must be given).
-pub fn text_or_hex(name: &str, text: &Option<String>, hex_text: &Option<String>) -> Result<Vec<u8>, String> {
+pub fn text_or_hex(
+    name: &str,
+    text: &Option<String>,
+    hex_text: &Option<String>,
+) -> Result<Vec<u8>, String> {
     match (text, hex_text) {
         (Some(t), None) => Ok(t.as_bytes().to_vec()),
         (None, Some(h)) => decode_hex(name, h),
@@ -53,9 +57,11 @@ pub fn progress_bar(len: u64, message: &str, quiet: bool) -> indicatif::Progress
     }
     let pb = indicatif::ProgressBar::new(len);
     pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {percent:>3}% {elapsed_precise} eta {eta}")
-            .expect("static template is valid")
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {percent:>3}% {elapsed_precise} eta {eta}",
+        )
+        .expect("static template is valid")
+        .progress_chars("=> "),
     );
     pb.set_message(message.to_string());
     pb

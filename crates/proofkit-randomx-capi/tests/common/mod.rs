@@ -6,14 +6,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// A scratch directory holding `librandomx.so` and `librandomx.so.0` symlinks to the cdylib
-/// cargo built for this test run (it lies next to the `deps/` folder of the test binary).
+/// cargo built for this test run. `cargo test` leaves it in `deps/` beside the test binary
+/// (`cargo build` also copies it one level up, where it may be stale), so `deps/` comes first.
 pub fn library_dir(tag: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
+    let deps_dir = exe
         .parent()
-        .and_then(Path::parent)
         .expect("test binary lies in <target>/<profile>/deps");
-    let built = profile_dir.join("librandomx.so");
+    let in_deps = deps_dir.join("librandomx.so");
+    let built = if in_deps.exists() {
+        in_deps
+    } else {
+        deps_dir
+            .parent()
+            .expect("<target>/<profile>")
+            .join("librandomx.so")
+    };
     assert!(
         built.exists(),
         "the cdylib was not built at {}",

@@ -1,0 +1,300 @@
+//! `proofkit state ...`: state roots of JSON account lists, proofs, the store checker, and the
+//! Paprika-shaped benchmark (`shared/seeds/002_*`: blocks of new accounts with storage, the
+//! Merkle root computed at every block, each block finalized into the page store).
+
+use crate::util::{emit, progress_bar, CliResult, ExitCode};
+use proofkit_core::peak::peak_rss_kb;
+use proofkit_core::report::Report;
+use proofkit_state::bench::{run_paprika, PaprikaConfig};
+use proofkit_state::proof::{get_proof, verify};
+use proofkit_state::{Address, CommitLevel, Db, DbOptions};
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Subcommand)]
+enum Cmd {
+    /// Print the state root of the accounts in a JSON file
+    Root {
+        #[arg(long)]
+        from_json: PathBuf,
+    },
+    /// Print an eth_getProof-shaped proof (verified before printing) for an account of a JSON file
+    Proof {
+        #[arg(long)]
+        from_json: PathBuf,
+        #[arg(long)]
+        address: String,
+        /// Storage slots to prove (hex)
+        #[arg(long)]
+        slot: Vec<String>,
+    },
+    /// Walk every page of a database, check the page tree and recompute the state root
+    Check {
+        #[arg(long)]
+        path: PathBuf,
+    },
+    /// The Paprika benchmark: blocks of new accounts with storage, root at every block
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args, Clone)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 2000)]
+    blocks: u64,
+    #[arg(long, default_value_t = 1000)]
+    accounts_per_block: u64,
+    #[arg(long, default_value_t = 1)]
+    storage_per_account: u64,
+    /// Database directory (a fresh one is made inside); in memory when absent
+    #[arg(long)]
+    path: Option<PathBuf>,
+    /// none | flush-data | flush-data-and-root
+    #[arg(long, default_value = "flush-data")]
+    commit_level: CommitLevel,
+    /// Blocks kept unfinalized above the store (0: finalize every block at once)
+    #[arg(long, default_value_t = 0)]
+    finality_lag: u64,
+    /// Rows in the table (one every blocks/rows blocks)
+    #[arg(long, default_value_t = 10)]
+    rows: u64,
+    /// Keep the database directory made under --path (for `proofkit state check`)
+    #[arg(long)]
+    keep: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    match args.cmd {
+        Cmd::Root { from_json } => {
+            let text = std::fs::read_to_string(&from_json)?;
+            let state = proofkit_state::genesis::state_from_json(&text)?;
+            println!("0x{}", hex::encode(state.root()));
+            Ok(())
+        }
+        Cmd::Proof {
+            from_json,
+            address,
+            slot,
+        } => {
+            let text = std::fs::read_to_string(&from_json)?;
+            let state = proofkit_state::genesis::state_from_json(&text)?;
+            let addr: Address = parse_fixed::<20>("address", &address)?;
+            let slots = slot
+                .iter()
+                .map(|s| parse_padded("slot", s))
+                .collect::<Result<Vec<_>, _>>()?;
+            let p = get_proof(&state, &addr, &slots);
+            verify(&state.root(), &p)
+                .map_err(|e| ExitCode(1, format!("own proof failed to verify: {e}")))?;
+            let hx = |b: &[u8]| format!("0x{}", hex::encode(b));
+            let out = json!({
+                "address": hx(&p.address),
+                "nonce": format!("0x{:x}", p.nonce),
+                "balance": hx(proofkit_state::rlp::trim(&p.balance)),
+                "codeHash": hx(&p.code_hash),
+                "storageHash": hx(&p.storage_hash),
+                "accountProof": p.account_proof.iter().map(|n| hx(n)).collect::<Vec<_>>(),
+                "storageProof": p.storage_proof.iter().map(|s| json!({
+                    "key": hx(&s.key),
+                    "value": hx(proofkit_state::rlp::trim(&s.value)),
+                    "proof": s.proof.iter().map(|n| hx(n)).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "stateRoot": hx(&state.root()),
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
+        Cmd::Check { path } => {
+            if !path.join("state.pk").exists() {
+                return Err(ExitCode(
+                    2,
+                    format!("{}: no database (state.pk) there", path.display()),
+                )
+                .into());
+            }
+            let db = Db::open(Some(&path), DbOptions::default())
+                .map_err(|e| ExitCode(1, e.to_string()))?;
+            let (r, root) = db.check().map_err(|e| ExitCode(1, e.to_string()))?;
+            println!(
+                "ok: block {}, root 0x{}, {} pages ({} branch, {} leaf, {} free), {} records",
+                db.number(db.finalized())?,
+                hex::encode(root),
+                r.page_count,
+                r.branch_pages,
+                r.leaf_pages,
+                r.free_pages,
+                r.entries
+            );
+            Ok(())
+        }
+        Cmd::Bench(b) => bench(b),
+    }
+}
+
+fn parse_fixed<const N: usize>(name: &str, s: &str) -> Result<[u8; N], ExitCode> {
+    let b = crate::util::decode_hex(name, s).map_err(|e| ExitCode(2, e))?;
+    b.try_into()
+        .map_err(|_| ExitCode(2, format!("--{name}: expected {N} bytes")))
+}
+
+fn parse_padded(name: &str, s: &str) -> Result<[u8; 32], ExitCode> {
+    let b = crate::util::decode_hex(name, s).map_err(|e| ExitCode(2, e))?;
+    if b.len() > 32 {
+        return Err(ExitCode(2, format!("--{name}: more than 32 bytes")));
+    }
+    let mut out = [0u8; 32];
+    out[32 - b.len()..].copy_from_slice(&b);
+    Ok(out)
+}
+
+/// Paprika's published in-memory figures (seed 002, no Merkle roots): (block, blocks/s, GB).
+const PAPRIKA: &[(u64, f64, f64)] = &[
+    (5000, 771.9, 2.30),
+    (10000, 672.3, 3.55),
+    (15000, 634.6, 4.03),
+    (20000, 581.8, 4.28),
+    (25000, 610.8, 4.51),
+    (30000, 595.9, 5.01),
+    (35000, 535.0, 6.42),
+    (40000, 503.5, 8.98),
+    (45000, 471.7, 12.18),
+    (49999, 464.2, 15.48),
+];
+
+fn bench(a: BenchArgs) -> CliResult {
+    let dir = match &a.path {
+        Some(p) => {
+            let d = p.join(format!("proofkit-state-bench-{}", std::process::id()));
+            if d.exists() {
+                std::fs::remove_dir_all(&d)?;
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    let cfg = PaprikaConfig {
+        blocks: a.blocks,
+        accounts_per_block: a.accounts_per_block,
+        storage_per_account: a.storage_per_account,
+        dir: dir.clone(),
+        commit_level: a.commit_level,
+        finality_lag: a.finality_lag,
+        rows: a.rows,
+    };
+    let pb = progress_bar(a.blocks, "state bench", a.json);
+    let cpu0 = cpu_seconds();
+    let s = run_paprika(&cfg, &|_| pb.inc(1)).map_err(|e| ExitCode(1, e.to_string()))?;
+    let cpu = cpu_seconds() - cpu0;
+    pb.finish_and_clear();
+    if let Some(d) = &dir {
+        if a.keep {
+            eprintln!("database kept in {}", d.display());
+        } else {
+            std::fs::remove_dir_all(d)?;
+        }
+    }
+    let mut report = Report::new(
+        "state",
+        &[
+            "impl",
+            "At Block",
+            "Avg speed (blocks/s)",
+            "Space used (GB)",
+            "New pages P90",
+            "Pages reused P90",
+            "Total pages P90",
+            "peak_rss_kb",
+        ],
+    );
+    for r in &s.rows {
+        report.push(vec![
+            ("impl", json!("proofkit")),
+            ("At Block", json!(r.at_block)),
+            ("Avg speed (blocks/s)", json!(r.avg_blocks_per_s)),
+            ("Space used (GB)", json!(r.space_bytes as f64 / 1e9)),
+            ("New pages P90", json!(r.new_pages_p90)),
+            ("Pages reused P90", json!(r.reused_pages_p90)),
+            ("Total pages P90", json!(r.total_pages_p90)),
+            ("peak_rss_kb", json!(r.peak_rss_kb)),
+        ]);
+    }
+    for &(blk, speed, gb) in PAPRIKA {
+        if (blk <= a.blocks || blk == PAPRIKA[0].0)
+            && a.accounts_per_block == 1000
+            && a.storage_per_account == 1
+        {
+            report.push(vec![
+                ("impl", json!("paprika (published, no Merkle)")),
+                ("At Block", json!(blk)),
+                ("Avg speed (blocks/s)", json!(speed)),
+                ("Space used (GB)", json!(gb)),
+            ]);
+        }
+    }
+    report.note(
+        "workload",
+        format!(
+            "{} blocks x {} new accounts x {} slots, root at every block, {} ({:?}, finality lag {})",
+            a.blocks,
+            a.accounts_per_block,
+            a.storage_per_account,
+            if a.path.is_some() { "on disk" } else { "in memory" },
+            a.commit_level,
+            a.finality_lag
+        ),
+    );
+    report.note("write_seconds", s.write_seconds);
+    report.note("cpu_seconds", cpu);
+    report.note("seconds_in_block_writes", s.seconds_in_block_writes);
+    report.note("seconds_in_roots", s.seconds_in_roots);
+    report.note("seconds_in_finalize", s.seconds_in_finalize);
+    report.note("block_ms_median_first_tenth", s.block_ms_median_first_tenth);
+    report.note("block_ms_median_last_tenth", s.block_ms_median_last_tenth);
+    report.note("accounts_read_back", s.accounts_read_back);
+    report.note("read_back_seconds", s.read_back_seconds);
+    report.note("read_back_threads", s.read_back_threads as u64);
+    report.note("final_root", format!("0x{}", hex::encode(s.final_root)));
+    report.note("peak_rss_kb", peak_rss_kb());
+    emit(
+        &report,
+        a.json,
+        "State: Paprika workload (new accounts with storage, root at every block)",
+    );
+    Ok(())
+}
+
+/// User + system CPU seconds of this process so far (from `/proc/self/stat`, 100 ticks/s).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// The short run for `proofkit bench`: 600 Paprika blocks in memory (about 20 s here), beside
+/// Paprika's published figure (its runner is .NET and not run here; the go-ethereum peer harness
+/// is not written yet).
+pub fn main_bench(json: bool) -> CliResult {
+    bench(BenchArgs {
+        blocks: 600,
+        accounts_per_block: 1000,
+        storage_per_account: 1,
+        path: None,
+        commit_level: CommitLevel::FlushData,
+        finality_lag: 0,
+        rows: 3,
+        keep: false,
+        json,
+    })
+}

@@ -1,0 +1,431 @@
+//! State roots, reorgs and proofs checked against `alloy-trie` (the oracle: its `HashBuilder`
+//! over sorted keys, its `TrieAccount` RLP and its proof verifier) on random workloads.
+
+use alloy_primitives::{Bytes, B256 as AB256, U256 as AU256};
+use alloy_trie::{HashBuilder, Nibbles, TrieAccount};
+use proofkit_state::proof::{get_proof, verify, ProofError};
+use proofkit_state::{
+    keccak256, u256, Account, Address, Db, DbOptions, State, B256, EMPTY_ROOT, U256,
+};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use std::collections::BTreeMap;
+
+/// The model: plain maps.
+#[derive(Clone, Default)]
+struct Model {
+    accounts: BTreeMap<Address, (Account, BTreeMap<B256, U256>)>,
+}
+
+fn alloy_storage_root(slots: &BTreeMap<B256, U256>) -> AB256 {
+    let mut sorted: Vec<(B256, &U256)> = slots.iter().map(|(s, v)| (keccak256(s), v)).collect();
+    sorted.sort();
+    let mut hb = HashBuilder::default();
+    for (k, v) in sorted {
+        hb.add_leaf(
+            Nibbles::unpack(k),
+            &alloy_rlp::encode(AU256::from_be_bytes(*v)),
+        );
+    }
+    hb.root()
+}
+
+fn oracle_root(m: &Model) -> B256 {
+    let mut sorted: Vec<(B256, Vec<u8>)> = m
+        .accounts
+        .iter()
+        .map(|(a, (acc, slots))| {
+            let ta = TrieAccount {
+                nonce: acc.nonce,
+                balance: AU256::from_be_bytes(acc.balance),
+                storage_root: alloy_storage_root(slots),
+                code_hash: AB256::from(acc.code_hash),
+            };
+            (keccak256(a), alloy_rlp::encode(ta))
+        })
+        .collect();
+    sorted.sort();
+    let mut hb = HashBuilder::default();
+    for (k, v) in &sorted {
+        hb.add_leaf(Nibbles::unpack(k), v);
+    }
+    hb.root().0
+}
+
+/// One random block: new accounts, updates, deletions, slot writes and zeroing, written to the
+/// writer and the model alike.
+fn random_block(rng: &mut SmallRng, m: &mut Model, w: &mut proofkit_state::Writer, n: usize) {
+    for _ in 0..n {
+        let known: Vec<Address> = m.accounts.keys().copied().collect();
+        let pick = |rng: &mut SmallRng| known[rng.gen_range(0..known.len())];
+        match rng.gen_range(0..10) {
+            0..=3 => {
+                let a: Address = rng.gen();
+                let acc = Account {
+                    nonce: rng.gen_range(0..3),
+                    balance: if rng.gen_bool(0.2) {
+                        [rng.gen(); 32]
+                    } else {
+                        u256(rng.gen_range(0..1 << 40))
+                    },
+                    code_hash: if rng.gen_bool(0.1) {
+                        rng.gen()
+                    } else {
+                        proofkit_state::KECCAK_EMPTY
+                    },
+                };
+                w.set_account(&a, Some(acc));
+                m.accounts.entry(a).or_default().0 = acc;
+            }
+            4 if !known.is_empty() => {
+                let a = pick(rng);
+                let mut acc = m.accounts[&a].0;
+                acc.nonce += 1;
+                w.set_account(&a, Some(acc));
+                m.accounts.get_mut(&a).unwrap().0 = acc;
+            }
+            5 if !known.is_empty() => {
+                let a = pick(rng);
+                w.set_account(&a, None);
+                m.accounts.remove(&a);
+            }
+            6..=8 if !known.is_empty() => {
+                let a = pick(rng);
+                for _ in 0..rng.gen_range(1..8) {
+                    let slot: B256 = if rng.gen_bool(0.5) {
+                        u256(rng.gen_range(0..8))
+                    } else {
+                        rng.gen()
+                    };
+                    let value = if rng.gen_bool(0.25) {
+                        [0; 32]
+                    } else {
+                        u256(rng.gen_range(1..1000))
+                    };
+                    w.set_storage(&a, &slot, &value).unwrap();
+                    let slots = &mut m.accounts.get_mut(&a).unwrap().1;
+                    if value == [0; 32] {
+                        slots.remove(&slot);
+                    } else {
+                        slots.insert(slot, value);
+                    }
+                }
+            }
+            _ if !known.is_empty() => {
+                // Zero every slot of an account: its storage root goes back to empty.
+                let a = pick(rng);
+                let slots: Vec<B256> = m.accounts[&a].1.keys().copied().collect();
+                for s in slots {
+                    w.set_storage(&a, &s, &[0; 32]).unwrap();
+                }
+                m.accounts.get_mut(&a).unwrap().1.clear();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn assert_reads(state: &State, m: &Model) {
+    for (a, (acc, slots)) in &m.accounts {
+        assert_eq!(state.account(a), Some(*acc));
+        for (s, v) in slots {
+            assert_eq!(state.storage(a, s), *v);
+        }
+    }
+}
+
+#[test]
+fn empty_trie_root() {
+    let db = Db::open(None, DbOptions::default()).unwrap();
+    assert_eq!(db.root(db.finalized()).unwrap(), EMPTY_ROOT);
+    assert_eq!(State::new().root(), HashBuilder::default().root().0);
+}
+
+#[test]
+fn roots_match_alloy_trie_on_random_blocks() {
+    for seed in 0..4u64 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut db = Db::open(None, DbOptions::default()).unwrap();
+        let mut m = Model::default();
+        let mut parent = db.finalized();
+        for b in 0..25 {
+            let mut block = db.begin(parent).unwrap();
+            random_block(&mut rng, &mut m, &mut block, if seed == 0 { 3 } else { 40 });
+            let (id, root) = db.commit(block).unwrap();
+            assert_eq!(root, oracle_root(&m), "seed {seed} block {b}");
+            if b % 7 == 6 {
+                db.finalize(id).unwrap();
+            }
+            parent = id;
+        }
+        assert_reads(db.state(parent).unwrap(), &m);
+        // Deleting everything gives the empty root again.
+        let mut block = db.begin(parent).unwrap();
+        for a in m.accounts.keys() {
+            block.set_account(a, None);
+        }
+        let (id, root) = db.commit(block).unwrap();
+        assert_eq!(root, EMPTY_ROOT);
+        db.finalize(id).unwrap();
+        assert_eq!(db.check().unwrap().1, EMPTY_ROOT);
+    }
+}
+
+#[test]
+fn forks_reorgs_and_finality() {
+    let mut rng = SmallRng::seed_from_u64(42);
+    let dir = std::env::temp_dir().join(format!("pk-state-forks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut db = Db::open(Some(&dir), DbOptions::default()).unwrap();
+    let mut base = Model::default();
+    let mut b0 = db.begin(db.finalized()).unwrap();
+    random_block(&mut rng, &mut base, &mut b0, 60);
+    let (id0, _) = db.commit(b0).unwrap();
+
+    // Two competing children of id0, and a grandchild on each.
+    let (mut ma, mut mb) = (base.clone(), base.clone());
+    let mut a1 = db.begin(id0).unwrap();
+    random_block(&mut rng, &mut ma, &mut a1, 30);
+    let (ida, ra) = db.commit(a1).unwrap();
+    let mut b1 = db.begin(id0).unwrap();
+    random_block(&mut rng, &mut mb, &mut b1, 30);
+    let (idb, rb) = db.commit(b1).unwrap();
+    assert_ne!(ra, rb);
+    let mut ma2 = ma.clone();
+    let mut a2 = db.begin(ida).unwrap();
+    random_block(&mut rng, &mut ma2, &mut a2, 30);
+    let (ida2, ra2) = db.commit(a2).unwrap();
+    let mut mb2 = mb.clone();
+    let mut b2 = db.begin(idb).unwrap();
+    random_block(&mut rng, &mut mb2, &mut b2, 30);
+    let (idb2, rb2) = db.commit(b2).unwrap();
+
+    for (id, m, r) in [
+        (ida, &ma, ra),
+        (idb, &mb, rb),
+        (ida2, &ma2, ra2),
+        (idb2, &mb2, rb2),
+    ] {
+        assert_eq!(r, oracle_root(m));
+        assert_eq!(db.root(id).unwrap(), r);
+        assert_reads(db.state(id).unwrap(), m);
+    }
+    assert_eq!(
+        db.root(id0).unwrap(),
+        oracle_root(&base),
+        "the parent is untouched by its children"
+    );
+
+    // Finalize the b branch (a reorg away from a): the a branch is dropped.
+    db.finalize(idb).unwrap();
+    assert!(db.state(ida).is_err() && db.state(ida2).is_err());
+    assert!(matches!(
+        db.finalize(ida2),
+        Err(proofkit_state::DbError::UnknownBlock(_))
+    ));
+    assert_eq!(db.root(idb2).unwrap(), rb2);
+    for a in mb.accounts.keys().take(20) {
+        assert_eq!(db.stored_account(a).unwrap(), Some(mb.accounts[a].0));
+    }
+    db.finalize(idb2).unwrap();
+    drop(db);
+
+    let db = Db::open(Some(&dir), DbOptions::default()).unwrap();
+    assert_eq!(db.root(db.finalized()).unwrap(), rb2);
+    assert_eq!(db.number(db.finalized()).unwrap(), 3);
+    assert_reads(db.state(db.finalized()).unwrap(), &mb2);
+    let (report, root) = db.check().unwrap();
+    assert_eq!(root, rb2);
+    assert!(report.entries > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn storage_needs_an_account() {
+    let db = Db::open(None, DbOptions::default()).unwrap();
+    let mut b = db.begin(db.finalized()).unwrap();
+    assert!(b.set_storage(&[1; 20], &[2; 32], &u256(3)).is_err());
+}
+
+#[test]
+fn proofs_verify_match_alloy_and_tampering_fails() {
+    let mut rng = SmallRng::seed_from_u64(9);
+    let mut db = Db::open(None, DbOptions::default()).unwrap();
+    let mut m = Model::default();
+    let mut b = db.begin(db.finalized()).unwrap();
+    random_block(&mut rng, &mut m, &mut b, 400);
+    let (id, root) = db.commit(b).unwrap();
+    let state = db.state(id).unwrap();
+    let mut checked = 0;
+    let absent: Address = rng.gen();
+    let addrs: Vec<Address> = m
+        .accounts
+        .keys()
+        .copied()
+        .take(40)
+        .chain([absent])
+        .collect();
+    for a in &addrs {
+        let mut slots: Vec<B256> = m
+            .accounts
+            .get(a)
+            .map(|x| x.1.keys().copied().collect())
+            .unwrap_or_default();
+        slots.push(rng.gen()); // an absent slot
+        let p = get_proof(state, a, &slots);
+        verify(&root, &p).unwrap();
+        // alloy-trie's verifier agrees on the account proof.
+        let nodes: Vec<Bytes> = p
+            .account_proof
+            .iter()
+            .map(|n| Bytes::from(n.clone()))
+            .collect();
+        let expected = m.accounts.get(a).map(|_| {
+            let mut v = Vec::new();
+            Account {
+                nonce: p.nonce,
+                balance: p.balance,
+                code_hash: p.code_hash,
+            }
+            .rlp(&p.storage_hash, &mut v);
+            v
+        });
+        alloy_trie::proof::verify_proof(
+            AB256::from(root),
+            Nibbles::unpack(keccak256(a)),
+            expected,
+            &nodes,
+        )
+        .unwrap();
+
+        // Tampering: a changed byte in any node, a changed claim, a dropped node.
+        for i in 0..p.account_proof.len() {
+            let mut t = p.clone();
+            let n = &mut t.account_proof[i];
+            let j = rng.gen_range(0..n.len());
+            n[j] ^= 1 << rng.gen_range(0..8);
+            assert!(verify(&root, &t).is_err(), "tampered node {i} accepted");
+            checked += 1;
+        }
+        let mut t = p.clone();
+        t.nonce += 1;
+        assert_eq!(verify(&root, &t), Err(ProofError::ValueMismatch));
+        if !p.account_proof.is_empty() {
+            let mut t = p.clone();
+            t.account_proof.pop();
+            assert!(verify(&root, &t).is_err());
+        }
+        for k in 0..p.storage_proof.len() {
+            let mut t = p.clone();
+            t.storage_proof[k].value[31] ^= 1;
+            assert!(verify(&root, &t).is_err(), "tampered slot value accepted");
+            if !t.storage_proof[k].proof.is_empty() {
+                let mut t = p.clone();
+                t.storage_proof[k].proof[0][3] ^= 0x10;
+                assert!(verify(&root, &t).is_err());
+            }
+        }
+    }
+    assert!(checked > 40);
+    // A wrong root rejects a valid proof.
+    let p = get_proof(state, &addrs[0], &[]);
+    assert!(verify(&[7; 32], &p).is_err());
+}
+
+#[test]
+fn readers_run_beside_the_writer() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut db = Db::open(None, DbOptions::default()).unwrap();
+    let mut m = Model::default();
+    let mut b = db.begin(db.finalized()).unwrap();
+    random_block(&mut rng, &mut m, &mut b, 200);
+    let (id, root) = db.commit(b).unwrap();
+    // A reader holds a snapshot of block `id` on another thread while the writer goes on.
+    let snapshot = db.state(id).unwrap().clone();
+    let model = m.clone();
+    let reader = std::thread::spawn(move || {
+        for _ in 0..20 {
+            assert_reads(&snapshot, &model);
+        }
+        snapshot.root()
+    });
+    let mut parent = id;
+    for _ in 0..10 {
+        let mut b = db.begin(parent).unwrap();
+        random_block(&mut rng, &mut m, &mut b, 50);
+        parent = db.commit(b).unwrap().0;
+        db.finalize(parent).unwrap();
+    }
+    assert_eq!(reader.join().unwrap(), root);
+    assert_eq!(db.root(parent).unwrap(), oracle_root(&m));
+}
+
+#[test]
+fn check_finds_a_damaged_page() {
+    let dir = std::env::temp_dir().join(format!("pk-state-damage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut db = Db::open(Some(&dir), DbOptions::default()).unwrap();
+    let mut m = Model::default();
+    let mut b = db.begin(db.finalized()).unwrap();
+    random_block(&mut rng, &mut m, &mut b, 300);
+    let (id, _) = db.commit(b).unwrap();
+    db.finalize(id).unwrap();
+    db.check().unwrap();
+    drop(db);
+    // Flip one byte inside a record (past both meta pages and the page header): either the page
+    // tree is now malformed or the rebuilt root differs from the durable one.
+    let path = dir.join("state.pk");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let pages = bytes.len() / 4096;
+    let mut damaged = 0;
+    for p in 2..pages {
+        let page = &bytes[p * 4096..(p + 1) * 4096];
+        if page[0] == 2 && u16::from_le_bytes([page[2], page[3]]) > 0 {
+            // A leaf: flip the last byte of its first value.
+            let (kl, vl) = (page[8] as usize, page[9] as usize);
+            bytes[p * 4096 + 10 + kl + vl - 1] ^= 0x01;
+            damaged += 1;
+            break;
+        }
+    }
+    assert_eq!(damaged, 1);
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(
+        Db::open(Some(&dir), DbOptions::default()).is_err(),
+        "a damaged value must not open silently"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn history_keeps_past_finalized_roots_readable() {
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut db = Db::open(
+        None,
+        DbOptions {
+            history: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut m = Model::default();
+    let mut ids = vec![db.finalized()];
+    let mut models = vec![m.clone()];
+    for _ in 0..5 {
+        let mut b = db.begin(*ids.last().unwrap()).unwrap();
+        random_block(&mut rng, &mut m, &mut b, 30);
+        let (id, _) = db.commit(b).unwrap();
+        db.finalize(id).unwrap();
+        ids.push(id);
+        models.push(m.clone());
+    }
+    // The newest finalized block and the two before it are readable; older ones are gone.
+    for back in 0..3 {
+        let k = ids.len() - 1 - back;
+        assert_eq!(db.root(ids[k]).unwrap(), oracle_root(&models[k]));
+        assert_reads(db.state(ids[k]).unwrap(), &models[k]);
+    }
+    assert!(db.state(ids[ids.len() - 4]).is_err());
+    // History is for reading: building on it is refused.
+    assert!(db.begin(ids[ids.len() - 2]).is_err());
+}
