@@ -938,7 +938,7 @@ fn component_report(
     );
     report.note(
         "Argon2d",
-        "256 MiB cache fill incl. SuperscalarHash generation, per key",
+        "256 MiB cache re-keyed in place (Argon2d fill plus SuperscalarHash generation), 3 keys",
     );
     Ok(report)
 }

@@ -175,12 +175,18 @@ impl Cache {
     /// step are in flight together instead of one after another.
     #[inline]
     pub fn dataset_items<const N: usize>(&self, first: u64) -> [[u64; 8]; N] {
+        self.dataset_items_at(std::array::from_fn(|k| first + k as u64))
+    }
+
+    /// The dataset items numbered `items`, computed interleaved (see [`Cache::dataset_items`]).
+    #[inline]
+    pub fn dataset_items_at<const N: usize>(&self, items: [u64; N]) -> [[u64; 8]; N] {
         debug_assert!(self.is_initialized());
         let words = self.words();
         let mut regs = [[0u64; 8]; N];
         let mut index = [0u64; N];
         for k in 0..N {
-            let item = first + k as u64;
+            let item = items[k];
             let r0 = item.wrapping_add(1).wrapping_mul(ITEM_MUL);
             regs[k][0] = r0;
             for i in 0..7 {

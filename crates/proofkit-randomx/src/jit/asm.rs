@@ -179,8 +179,11 @@ impl Mem {
 }
 
 /// ModRM (+SIB, +displacement) bytes for `reg` and memory operand `m`.
-fn mem_bytes(reg: u8, m: &Mem) -> Vec<u8> {
-    let mut v = Vec::with_capacity(7);
+fn mem_bytes(reg: u8, m: &Mem) -> MemBytes {
+    let mut v = MemBytes {
+        bytes: [0; 7],
+        len: 0,
+    };
     let (md, disp_len) = if m.disp == 0 && m.base & 7 != RBP {
         (0u8, 0)
     } else if (-128..=127).contains(&m.disp) {
@@ -190,21 +193,40 @@ fn mem_bytes(reg: u8, m: &Mem) -> Vec<u8> {
     };
     match m.index {
         Some((idx, scale)) => {
-            v.push(modrm(md, reg, 4));
-            v.push(sib(scale, idx, m.base));
+            v.push(&[modrm(md, reg, 4), sib(scale, idx, m.base)]);
         }
         None if m.base & 7 == RSP => {
-            v.push(modrm(md, reg, 4));
-            v.push(sib(0, RSP, m.base));
+            v.push(&[modrm(md, reg, 4), sib(0, RSP, m.base)]);
         }
-        None => v.push(modrm(md, reg, m.base)),
+        None => v.push(&[modrm(md, reg, m.base)]),
     }
     match disp_len {
-        1 => v.push(m.disp as i8 as u8),
-        4 => v.extend_from_slice(&m.disp.to_le_bytes()),
+        1 => v.push(&[m.disp as i8 as u8]),
+        4 => v.push(&m.disp.to_le_bytes()),
         _ => {}
     }
     v
+}
+
+/// ModRM, SIB and displacement bytes (at most 7), on the stack: the JIT emits one per memory
+/// operand for every program, so no heap allocation here.
+struct MemBytes {
+    bytes: [u8; 7],
+    len: usize,
+}
+
+impl MemBytes {
+    fn push(&mut self, b: &[u8]) {
+        self.bytes[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+}
+
+impl std::ops::Deref for MemBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// A 64-bit `op reg, [mem]` or `op [mem], reg` with a one-byte opcode (0x03 add, 0x2B sub,
@@ -257,15 +279,18 @@ pub fn lea_r32_disp32(s: &mut impl Sink, dst: u8, base: u8, disp: i32) {
         index: None,
         disp,
     };
-    let mut b = mem_bytes(dst, &m);
-    // Force a 32-bit displacement so the encoding size does not depend on imm.
-    if b[0] >> 6 != 2 {
+    let b = mem_bytes(dst, &m);
+    if b[0] >> 6 == 2 {
+        s.put(&b);
+    } else {
+        // Force a 32-bit displacement so the encoding size does not depend on imm.
         let rm_sib = if base & 7 == RSP { 2 } else { 1 };
-        b.truncate(rm_sib);
-        b[0] = (b[0] & 0x3F) | 0x80;
-        b.extend_from_slice(&disp.to_le_bytes());
+        let mut head = [0u8; 2];
+        head[..rm_sib].copy_from_slice(&b[..rm_sib]);
+        head[0] = (head[0] & 0x3F) | 0x80;
+        s.put(&head[..rm_sib]);
+        s.put(&disp.to_le_bytes());
     }
-    s.put(&b);
 }
 
 /// `lea dst, [base + index << shift + disp32]`.

@@ -64,7 +64,7 @@ pub struct JitState {
 unsafe impl Send for JitState {}
 
 /// The light-mode dataset item callback.
-pub type ItemFn = unsafe extern "sysv64" fn(*const std::ffi::c_void, u64, *mut u64);
+pub type ItemFn = unsafe extern "sysv64" fn(*const std::ffi::c_void, u64, *mut u64, u64);
 
 impl Default for JitState {
     fn default() -> Self {
@@ -355,8 +355,23 @@ fn emit_instruction(
 
 /// Compiles one program's whole loop. `read_reg` are the four address registers of 4.5.4.
 pub fn compile(code: &[Bytecode], read_reg: [u8; 4], mode: JitMode, v2: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    compile_into(&mut out, code, read_reg, mode, v2);
+    out
+}
+
+/// [`compile`] into a reused buffer (cleared first): no allocation per program once warm.
+pub fn compile_into(
+    out: &mut Vec<u8>,
+    code: &[Bytecode],
+    read_reg: [u8; 4],
+    mode: JitMode,
+    v2: bool,
+) {
+    out.clear();
+    out.reserve(4096 + code.len() * 24);
     let mut a = Assembler {
-        code: Vec::with_capacity(4096 + code.len() * 24),
+        code: std::mem::take(out),
     };
     let st = |f: usize| Mem::base(RDI, state_off(f));
 
@@ -533,6 +548,11 @@ pub fn compile(code: &[Bytecode], read_reg: [u8; 4], mode: JitMode, v2: bool) ->
             );
             asm::mov_rr(&mut a, RSI, RDX);
             asm::op_rm(&mut a, 0x8D, RDX, &Mem::base(RSP, FRAME_ITEM));
+            // 4th argument: the next iteration's read address (mx, high half of rbp, in both
+            // versions at this point), so that the callback can compute two items together.
+            asm::mov_rr(&mut a, RCX, RBP);
+            asm::shift_imm(&mut a, 5, RCX, 32);
+            asm::and_r32_imm(&mut a, RCX, CACHE_LINE_ALIGN_MASK as u32);
             asm::call_rax(&mut a);
             asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
             asm::op_rm(
@@ -676,7 +696,7 @@ pub fn compile(code: &[Bytecode], read_reg: [u8; 4], mode: JitMode, v2: bool) ->
         asm::pop(&mut a, reg);
     }
     asm::ret(&mut a);
-    a.code
+    *out = a.code;
 }
 
 /// A reusable code region for one VM: programs are recompiled into it for every program of
@@ -786,19 +806,38 @@ impl Drop for ProgramCode {
     }
 }
 
-/// What the light-mode callback needs: the cache and the program's datasetOffset.
+/// What the light-mode callback needs: the cache, the program's datasetOffset, and the item it
+/// computed ahead (the next iteration's, paired with the current one).
 struct LightCtx<'a> {
     cache: &'a crate::cache::Cache,
     dataset_offset: u64,
+    ahead: std::cell::Cell<Option<(u64, [u64; 8])>>,
 }
 
-unsafe extern "sysv64" fn light_item(ctx: *const std::ffi::c_void, address: u64, out: *mut u64) {
+/// Light-mode dataset read. Each iteration needs one new item, but the next iteration's address
+/// is already known here, so items are computed in pairs, interleaved (their cache-line reads
+/// overlap): the current and the next; the next call then finds its item ready.
+unsafe extern "sysv64" fn light_item(
+    ctx: *const std::ffi::c_void,
+    address: u64,
+    out: *mut u64,
+    next_address: u64,
+) {
     // SAFETY: ctx is the LightCtx that `execute` keeps alive for the whole run; out points to
     // the 64-byte item buffer in the JIT frame.
     unsafe {
         let ctx = &*(ctx as *const LightCtx<'_>);
-        let item = ctx.cache.dataset_item((ctx.dataset_offset + address) / 64);
-        std::ptr::copy_nonoverlapping(item.as_ptr(), out, 8);
+        let item = (ctx.dataset_offset + address) / 64;
+        let value = match ctx.ahead.take() {
+            Some((i, v)) if i == item => v,
+            _ => {
+                let next = (ctx.dataset_offset + next_address) / 64;
+                let [v, w] = ctx.cache.dataset_items_at([item, next]);
+                ctx.ahead.set(Some((next, w)));
+                v
+            }
+        };
+        std::ptr::copy_nonoverlapping(value.as_ptr(), out, 8);
     }
 }
 
@@ -833,6 +872,7 @@ pub fn execute(
             let ctx = LightCtx {
                 cache: c,
                 dataset_offset,
+                ahead: std::cell::Cell::new(None),
             };
             state.item_ctx = &ctx as *const LightCtx<'_> as *const std::ffi::c_void;
             state.item_fn = Some(light_item);

@@ -129,7 +129,7 @@ pub struct Vm {
     program_bytes: Vec<u8>,
     batch_pending: bool,
     #[cfg(target_arch = "x86_64")]
-    jit: Option<(jit_x86_64::ProgramCode, Box<jit_x86_64::JitState>)>,
+    jit: Option<(jit_x86_64::ProgramCode, Box<jit_x86_64::JitState>, Vec<u8>)>,
 }
 
 /// Whether the VM JIT can run: x86-64, allowed, and (for v2's AES mixing inside the loop) a CPU
@@ -161,7 +161,7 @@ impl Vm {
                 // No executable memory (a strict W^X policy): the interpreter runs instead.
                 jit_x86_64::ProgramCode::new(opts.secure)
                     .ok()
-                    .map(|c| (c, Box::default()))
+                    .map(|c| (c, Box::default(), Vec::new()))
             } else {
                 None
             },
@@ -352,13 +352,13 @@ impl Vm {
         let aes = self.opts.aes;
 
         #[cfg(target_arch = "x86_64")]
-        if let Some((region, state)) = &mut self.jit {
+        if let Some((region, state, machine_code)) = &mut self.jit {
             let mode = match self.source {
                 DatasetSource::Fast(_) => jit_x86_64::JitMode::Fast,
                 DatasetSource::Light(_) => jit_x86_64::JitMode::Light,
             };
             let rr = cfg.read_reg.map(|x| x as u8);
-            let machine_code = jit_x86_64::compile(&code, rr, mode, v2);
+            jit_x86_64::compile_into(machine_code, &code, rr, mode, v2);
             state.r = [0; 8];
             state.a = self.regs.a;
             state.e_mask = cfg.e_mask;
@@ -368,7 +368,7 @@ impl Vm {
             state.iterations = iterations as u64;
             let ok = jit_x86_64::execute(
                 region,
-                &machine_code,
+                machine_code,
                 mode,
                 state,
                 self.scratchpad.as_mut_slice(),
