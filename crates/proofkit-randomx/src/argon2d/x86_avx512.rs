@@ -127,23 +127,20 @@ unsafe fn compress(out: &mut Block, x: &Block, y: &Block, xor_into: bool) {
     // SAFETY: all memory accesses are 64-byte chunks of the three 1 KiB blocks or of the local
     // q (offsets multiples of 8 words below 128).
     unsafe {
-        let mut r = [0u64; 128];
-        for k in (0..128).step_by(8) {
-            let v = _mm512_xor_si512(
-                _mm512_loadu_si512(x.as_ptr().add(k) as *const _),
-                _mm512_loadu_si512(y.as_ptr().add(k) as *const _),
-            );
-            _mm512_storeu_si512(r.as_mut_ptr().add(k) as *mut _, v);
-        }
-        let mut q = r;
         // Rows: row i is words 16i..16i+16 = (a, b, c, d) at 16i + 0, 4, 8, 12; rows 2p, 2p+1
-        // share a register set.
+        // share a register set. R = X ^ Y is formed here (and kept for the final XOR), so the
+        // block is read once.
+        let mut r = [0u64; 128];
+        let mut q = [0u64; 128];
         for p in 0..4 {
             let (r0, r1) = (32 * p, 32 * p + 16);
-            let mut a = load2x4(&q, r0, r1);
-            let mut b = load2x4(&q, r0 + 4, r1 + 4);
-            let mut c = load2x4(&q, r0 + 8, r1 + 8);
-            let mut d = load2x4(&q, r0 + 12, r1 + 12);
+            let mut v = [_mm512_setzero_si512(); 4];
+            for (k, vk) in v.iter_mut().enumerate() {
+                let o = 4 * k;
+                *vk = _mm512_xor_si512(load2x4(x, r0 + o, r1 + o), load2x4(y, r0 + o, r1 + o));
+                store2x4(&mut r, r0 + o, r1 + o, *vk);
+            }
+            let [mut a, mut b, mut c, mut d] = v;
             permute2(&mut a, &mut b, &mut c, &mut d);
             store2x4(&mut q, r0, r1, a);
             store2x4(&mut q, r0 + 4, r1 + 4, b);
