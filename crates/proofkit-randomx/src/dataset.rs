@@ -73,13 +73,7 @@ impl Dataset {
 
     /// Computes items `start .. start + count` (the C API's `randomx_init_dataset`).
     pub fn init_range(&mut self, cache: &Cache, start: u64, count: u64) -> Result<(), Error> {
-        let end = start
-            .checked_add(count)
-            .filter(|&e| e <= DATASET_ITEM_COUNT)
-            .ok_or(Error::ItemRange { start, count })?;
-        if !cache.is_initialized() {
-            return Err(Error::CacheNotInitialized);
-        }
+        let end = checked_range(cache, start, count)?;
         let words = &mut self.memory.as_u64_slice_mut()[(start * 8) as usize..(end * 8) as usize];
         fill_items(cache, start, words);
         Ok(())
@@ -96,13 +90,7 @@ impl Dataset {
         start: u64,
         count: u64,
     ) -> Result<(), Error> {
-        let end = start
-            .checked_add(count)
-            .filter(|&e| e <= DATASET_ITEM_COUNT)
-            .ok_or(Error::ItemRange { start, count })?;
-        if !cache.is_initialized() {
-            return Err(Error::CacheNotInitialized);
-        }
+        let end = checked_range(cache, start, count)?;
         let base = self.memory.as_ptr() as *mut u64;
         // Whole batches through a buffer (interleaved, see `fill_items`), then the rest.
         let mut i = start;
@@ -135,6 +123,18 @@ impl Dataset {
     pub fn memory_ptr(&self) -> *const u8 {
         self.memory.as_ptr()
     }
+}
+
+/// The end of items `start .. start + count`, if they lie in the dataset and `cache` has a key.
+fn checked_range(cache: &Cache, start: u64, count: u64) -> Result<u64, Error> {
+    let end = start
+        .checked_add(count)
+        .filter(|&e| e <= DATASET_ITEM_COUNT)
+        .ok_or(Error::ItemRange { start, count })?;
+    if !cache.is_initialized() {
+        return Err(Error::CacheNotInitialized);
+    }
+    Ok(end)
 }
 
 /// Items per interleaved batch: eight independent items keep eight cache-line reads in flight

@@ -370,6 +370,23 @@ fn select_register(available: &[usize], gen: &mut BlakeGenerator) -> Option<usiz
     }
 }
 
+/// Tries `select` at `schedule_cycle` and at up to `LOOK_FORWARD_CYCLES - 1` later cycles; each
+/// stall advances both the schedule cycle and the decode cycle, as the reference model does.
+fn select_with_lookahead(
+    schedule_cycle: &mut usize,
+    cycle: &mut usize,
+    mut select: impl FnMut(usize) -> bool,
+) -> bool {
+    for _ in 0..LOOK_FORWARD_CYCLES {
+        if select(*schedule_cycle) {
+            return true;
+        }
+        *schedule_cycle += 1;
+        *cycle += 1;
+    }
+    false
+}
+
 type PortMap = [[u8; 3]; CYCLE_MAP_SIZE];
 
 /// Finds the first cycle >= `cycle` with a free port for `uop`, checking P5, P0, P1 in that
@@ -481,43 +498,25 @@ impl SuperscalarProgram {
                     break;
                 };
 
-                if src_op == Some(mop_index) {
-                    let mut forward = 0;
-                    while forward < LOOK_FORWARD_CYCLES
-                        && !cur.select_source(schedule_cycle, &regs, gen)
-                    {
-                        schedule_cycle += 1;
-                        cycle += 1;
-                        forward += 1;
+                // Operands: source first, then destination, each looking up to 4 cycles ahead;
+                // an instruction without them is thrown away (at most 256 times in a row), after
+                // that the decode group is abandoned.
+                let found = (src_op != Some(mop_index)
+                    || select_with_lookahead(&mut schedule_cycle, &mut cycle, |c| {
+                        cur.select_source(c, &regs, gen)
+                    }))
+                    && (dst_op != mop_index
+                        || select_with_lookahead(&mut schedule_cycle, &mut cycle, |c| {
+                            cur.select_destination(c, throwaway > 0, &regs, gen)
+                        }));
+                if !found {
+                    if throwaway < MAX_THROWAWAY_COUNT {
+                        throwaway += 1;
+                        mop_index = cur.size();
+                        continue;
                     }
-                    if forward == LOOK_FORWARD_CYCLES {
-                        if throwaway < MAX_THROWAWAY_COUNT {
-                            throwaway += 1;
-                            mop_index = cur.size();
-                            continue;
-                        }
-                        cur = Current::null();
-                        break;
-                    }
-                }
-                if dst_op == mop_index {
-                    let mut forward = 0;
-                    while forward < LOOK_FORWARD_CYCLES
-                        && !cur.select_destination(schedule_cycle, throwaway > 0, &regs, gen)
-                    {
-                        schedule_cycle += 1;
-                        cycle += 1;
-                        forward += 1;
-                    }
-                    if forward == LOOK_FORWARD_CYCLES {
-                        if throwaway < MAX_THROWAWAY_COUNT {
-                            throwaway += 1;
-                            mop_index = cur.size();
-                            continue;
-                        }
-                        cur = Current::null();
-                        break;
-                    }
+                    cur = Current::null();
+                    break;
                 }
                 throwaway = 0;
 
