@@ -236,6 +236,16 @@ pub fn op_rm(s: &mut impl Sink, opcode: u8, reg: u8, m: &Mem) {
     s.put(&mem_bytes(reg, m));
 }
 
+/// `mov reg, qword [mem]`.
+pub fn load64(s: &mut impl Sink, reg: u8, m: &Mem) {
+    op_rm(s, 0x8B, reg, m);
+}
+
+/// `mov qword [mem], reg`.
+pub fn store64(s: &mut impl Sink, m: &Mem, reg: u8) {
+    op_rm(s, 0x89, reg, m);
+}
+
 /// `imul reg, [mem]`.
 pub fn imul_rm(s: &mut impl Sink, reg: u8, m: &Mem) {
     s.put(&[rex_w(reg, m.index_reg(), m.base), 0x0F, 0xAF]);
@@ -395,6 +405,16 @@ pub const XORPS: u8 = 0x57;
 pub const MOVUPD_LOAD: u8 = 0x10;
 pub const MOVUPD_STORE: u8 = 0x11;
 pub const CVTDQ2PD: u8 = 0xE6; // with F3
+
+/// `movupd xmm, [mem]`.
+pub fn movupd_load(s: &mut impl Sink, xmm: u8, m: &Mem) {
+    sse_rm(s, Some(0x66), MOVUPD_LOAD, xmm, m);
+}
+
+/// `movupd [mem], xmm`.
+pub fn movupd_store(s: &mut impl Sink, m: &Mem, xmm: u8) {
+    sse_rm(s, Some(0x66), MOVUPD_STORE, xmm, m);
+}
 
 /// `shufpd xmm, xmm, imm8`.
 pub fn shufpd(s: &mut impl Sink, dst: u8, src: u8, imm: u8) {

@@ -380,7 +380,7 @@ pub fn compile_into(
         asm::push(&mut a, reg);
     }
     asm::group1_ri(&mut a, 5, RSP, FRAME_SIZE); // sub rsp, FRAME_SIZE
-    asm::op_rm(&mut a, 0x89, RDI, &Mem::base(RSP, FRAME_STATE));
+    asm::store64(&mut a, &Mem::base(RSP, FRAME_STATE), RDI);
     asm::mxcsr(&mut a, 3, &st(offset_of!(JitState, saved_mxcsr)));
     // MXCSR from fprc: 0x1F80 (all exceptions masked) | fprc << 13.
     a.put(&[0x8B, 0x87]);
@@ -390,49 +390,24 @@ pub fn compile_into(
     a.put(&[0x89, 0x04, 0x24]); // mov [rsp], eax
     asm::mxcsr(&mut a, 2, &Mem::base(RSP, FRAME_MXCSR));
     for i in 0..8u8 {
-        asm::op_rm(
-            &mut a,
-            0x8B,
-            r(i),
-            &st(offset_of!(JitState, r) + 8 * i as usize),
-        );
+        asm::load64(&mut a, r(i), &st(offset_of!(JitState, r) + 8 * i as usize));
     }
     for i in 0..4u8 {
-        asm::sse_rm(
+        asm::movupd_load(
             &mut a,
-            Some(0x66),
-            asm::MOVUPD_LOAD,
             8 + i,
             &st(offset_of!(JitState, a) + 16 * i as usize),
         );
     }
-    asm::sse_rm(
-        &mut a,
-        Some(0x66),
-        asm::MOVUPD_LOAD,
-        XMANT,
-        &st(offset_of!(JitState, mantissa_mask)),
-    );
-    asm::sse_rm(
-        &mut a,
-        Some(0x66),
-        asm::MOVUPD_LOAD,
-        XEMASK,
-        &st(offset_of!(JitState, e_mask)),
-    );
-    asm::sse_rm(
-        &mut a,
-        Some(0x66),
-        asm::MOVUPD_LOAD,
-        XSCALE,
-        &st(offset_of!(JitState, scale_mask)),
-    );
-    asm::op_rm(&mut a, 0x8B, RSI, &st(offset_of!(JitState, scratchpad)));
-    asm::op_rm(&mut a, 0x8B, RBP, &st(offset_of!(JitState, mem)));
-    asm::op_rm(&mut a, 0x8B, RBX, &st(offset_of!(JitState, iterations)));
-    asm::op_rm(&mut a, 0x8B, RAX, &st(offset_of!(JitState, sp_addr)));
-    asm::op_rm(&mut a, 0x89, RAX, &Mem::base(RSP, FRAME_SP_CARRY));
-    asm::op_rm(&mut a, 0x8B, RDI, &st(offset_of!(JitState, dataset)));
+    asm::movupd_load(&mut a, XMANT, &st(offset_of!(JitState, mantissa_mask)));
+    asm::movupd_load(&mut a, XEMASK, &st(offset_of!(JitState, e_mask)));
+    asm::movupd_load(&mut a, XSCALE, &st(offset_of!(JitState, scale_mask)));
+    asm::load64(&mut a, RSI, &st(offset_of!(JitState, scratchpad)));
+    asm::load64(&mut a, RBP, &st(offset_of!(JitState, mem)));
+    asm::load64(&mut a, RBX, &st(offset_of!(JitState, iterations)));
+    asm::load64(&mut a, RAX, &st(offset_of!(JitState, sp_addr)));
+    asm::store64(&mut a, &Mem::base(RSP, FRAME_SP_CARRY), RAX);
+    asm::load64(&mut a, RDI, &st(offset_of!(JitState, dataset)));
 
     // Loop.
     let loop_start = a.code.len();
@@ -447,13 +422,13 @@ pub fn compile_into(
     asm::and_r32_imm(&mut a, RDX, SCRATCHPAD_L3_MASK64);
     // 2: integer registers ^= the 64 bytes at spAddr0.
     asm::op_rm(&mut a, 0x8D, RCX, &Mem::indexed(RSI, RAX, 0)); // lea rcx, [rsi+rax]
-    asm::op_rm(&mut a, 0x89, RCX, &Mem::base(RSP, FRAME_SP0));
+    asm::store64(&mut a, &Mem::base(RSP, FRAME_SP0), RCX);
     for i in 0..8u8 {
         asm::op_rm(&mut a, 0x33, r(i), &Mem::base(RCX, 8 * i as i32));
     }
     // 3: F and E registers from the 64 bytes at spAddr1.
     asm::op_rm(&mut a, 0x8D, RCX, &Mem::indexed(RSI, RDX, 0));
-    asm::op_rm(&mut a, 0x89, RCX, &Mem::base(RSP, FRAME_SP1));
+    asm::store64(&mut a, &Mem::base(RSP, FRAME_SP1), RCX);
     for i in 0..4u8 {
         asm::sse_rm(
             &mut a,
@@ -517,32 +492,19 @@ pub fn compile_into(
         JitMode::Light => {
             // Save caller-saved state, call item_fn(item_ctx, address, rsp + FRAME_ITEM).
             for i in 0..8u8 {
-                asm::sse_rm(
-                    &mut a,
-                    Some(0x66),
-                    asm::MOVUPD_STORE,
-                    i,
-                    &Mem::base(RSP, FRAME_XMM + 16 * i as i32),
-                );
+                asm::movupd_store(&mut a, &Mem::base(RSP, FRAME_XMM + 16 * i as i32), i);
             }
             for i in 0..4u8 {
-                asm::op_rm(
-                    &mut a,
-                    0x89,
-                    r(i),
-                    &Mem::base(RSP, FRAME_GPR + 8 * i as i32),
-                );
+                asm::store64(&mut a, &Mem::base(RSP, FRAME_GPR + 8 * i as i32), r(i));
             }
-            asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
-            asm::op_rm(
+            asm::load64(&mut a, RCX, &Mem::base(RSP, FRAME_STATE));
+            asm::load64(
                 &mut a,
-                0x8B,
                 RDI,
                 &Mem::base(RCX, state_off(offset_of!(JitState, item_ctx))),
             );
-            asm::op_rm(
+            asm::load64(
                 &mut a,
-                0x8B,
                 RAX,
                 &Mem::base(RCX, state_off(offset_of!(JitState, item_fn))),
             );
@@ -554,57 +516,37 @@ pub fn compile_into(
             asm::shift_imm(&mut a, 5, RCX, 32);
             asm::and_r32_imm(&mut a, RCX, CACHE_LINE_ALIGN_MASK as u32);
             asm::call_rax(&mut a);
-            asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
-            asm::op_rm(
+            asm::load64(&mut a, RCX, &Mem::base(RSP, FRAME_STATE));
+            asm::load64(
                 &mut a,
-                0x8B,
                 RSI,
                 &Mem::base(RCX, state_off(offset_of!(JitState, scratchpad))),
             );
             for i in 0..4u8 {
-                asm::op_rm(
-                    &mut a,
-                    0x8B,
-                    r(i),
-                    &Mem::base(RSP, FRAME_GPR + 8 * i as i32),
-                );
+                asm::load64(&mut a, r(i), &Mem::base(RSP, FRAME_GPR + 8 * i as i32));
             }
             for i in 0..8u8 {
-                asm::sse_rm(
-                    &mut a,
-                    Some(0x66),
-                    asm::MOVUPD_LOAD,
-                    i,
-                    &Mem::base(RSP, FRAME_XMM + 16 * i as i32),
-                );
+                asm::movupd_load(&mut a, i, &Mem::base(RSP, FRAME_XMM + 16 * i as i32));
             }
             for i in 0..4u8 {
-                asm::sse_rm(
+                asm::movupd_load(
                     &mut a,
-                    Some(0x66),
-                    asm::MOVUPD_LOAD,
                     8 + i,
                     &Mem::base(RCX, state_off(offset_of!(JitState, a) + 16 * i as usize)),
                 );
             }
-            asm::sse_rm(
+            asm::movupd_load(
                 &mut a,
-                Some(0x66),
-                asm::MOVUPD_LOAD,
                 XMANT,
                 &Mem::base(RCX, state_off(offset_of!(JitState, mantissa_mask))),
             );
-            asm::sse_rm(
+            asm::movupd_load(
                 &mut a,
-                Some(0x66),
-                asm::MOVUPD_LOAD,
                 XEMASK,
                 &Mem::base(RCX, state_off(offset_of!(JitState, e_mask))),
             );
-            asm::sse_rm(
+            asm::movupd_load(
                 &mut a,
-                Some(0x66),
-                asm::MOVUPD_LOAD,
                 XSCALE,
                 &Mem::base(RCX, state_off(offset_of!(JitState, scale_mask))),
             );
@@ -622,9 +564,9 @@ pub fn compile_into(
     }
     asm::shift_imm(&mut a, 1, RBP, 32); // ror rbp, 32: swap ma and mx
                                         // 9: integer registers to spAddr1.
-    asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_SP1));
+    asm::load64(&mut a, RCX, &Mem::base(RSP, FRAME_SP1));
     for i in 0..8u8 {
-        asm::op_rm(&mut a, 0x89, r(i), &Mem::base(RCX, 8 * i as i32));
+        asm::store64(&mut a, &Mem::base(RCX, 8 * i as i32), r(i));
     }
     // 10: mix F with E.
     if v2 {
@@ -639,15 +581,9 @@ pub fn compile_into(
         }
     }
     // 11: F registers to spAddr0.
-    asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_SP0));
+    asm::load64(&mut a, RCX, &Mem::base(RSP, FRAME_SP0));
     for i in 0..4u8 {
-        asm::sse_rm(
-            &mut a,
-            Some(0x66),
-            asm::MOVUPD_STORE,
-            i,
-            &Mem::base(RCX, 16 * i as i32),
-        );
+        asm::movupd_store(&mut a, &Mem::base(RCX, 16 * i as i32), i);
     }
     // 13: loop.
     asm::group1_ri(&mut a, 5, RBX, 1);
@@ -655,36 +591,30 @@ pub fn compile_into(
     asm::jcc_rel32(&mut a, asm::CC_NZ, at, loop_start);
 
     // Epilogue: registers back to the state, caller's MXCSR restored.
-    asm::op_rm(&mut a, 0x8B, RCX, &Mem::base(RSP, FRAME_STATE));
+    asm::load64(&mut a, RCX, &Mem::base(RSP, FRAME_STATE));
     for i in 0..8u8 {
-        asm::op_rm(
+        asm::store64(
             &mut a,
-            0x89,
-            r(i),
             &Mem::base(RCX, state_off(offset_of!(JitState, r) + 8 * i as usize)),
+            r(i),
         );
     }
     for i in 0..4u8 {
-        asm::sse_rm(
+        asm::movupd_store(
             &mut a,
-            Some(0x66),
-            asm::MOVUPD_STORE,
-            i,
             &Mem::base(RCX, state_off(offset_of!(JitState, f) + 16 * i as usize)),
+            i,
         );
-        asm::sse_rm(
+        asm::movupd_store(
             &mut a,
-            Some(0x66),
-            asm::MOVUPD_STORE,
-            4 + i,
             &Mem::base(RCX, state_off(offset_of!(JitState, e) + 16 * i as usize)),
+            4 + i,
         );
     }
-    asm::op_rm(
+    asm::store64(
         &mut a,
-        0x89,
-        RBP,
         &Mem::base(RCX, state_off(offset_of!(JitState, mem))),
+        RBP,
     );
     asm::mxcsr(
         &mut a,
