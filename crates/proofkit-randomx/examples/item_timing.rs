@@ -52,5 +52,17 @@ fn main() {
             "x8: {:.0} ns/item cpu ({acc8:x})",
             (cpu() - t) * 1e9 / n as f64
         );
+        let t = cpu();
+        let mut acc16 = 0u64;
+        for i in (0..n).step_by(16) {
+            let v = cache.dataset_items::<16>(i + round * n);
+            for x in v {
+                acc16 ^= x[0];
+            }
+        }
+        println!(
+            "x16: {:.0} ns/item cpu ({acc16:x})",
+            (cpu() - t) * 1e9 / n as f64
+        );
     }
 }
