@@ -445,13 +445,14 @@ fn default_hashes(mode: Mode, threads: usize) -> u64 {
 }
 
 /// Runs `hashes` hashes on `threads` threads, each with its own VM built by `make_vm`, and
-/// returns the wall time. Inputs are distinct 76-byte blobs (a Monero block header's size).
+/// returns the wall time and the number of hashes done (whole rounds of `threads`). Inputs are
+/// distinct 76-byte blobs (a Monero block header's size).
 fn run_threads<V: Send>(
     threads: usize,
     hashes: u64,
     make_vm: impl Fn(usize) -> V + Sync,
     hash: impl Fn(&mut V, &[u8]) + Sync,
-) -> f64 {
+) -> (f64, u64) {
     let per = hashes.div_ceil(threads as u64);
     let vms: Vec<V> = (0..threads).map(&make_vm).collect();
     let t = Instant::now();
@@ -469,7 +470,7 @@ fn run_threads<V: Send>(
             });
         }
     });
-    t.elapsed().as_secs_f64()
+    (t.elapsed().as_secs_f64(), per * threads as u64)
 }
 
 fn bench_proofkit(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
@@ -496,7 +497,7 @@ fn bench_proofkit(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error +
         pages: a.pages.policy(),
         ..Default::default()
     };
-    let secs = run_threads(
+    let (secs, hashes) = run_threads(
         a.threads,
         a.hashes,
         |_| Vm::new(source.clone(), opts).expect("vm"),
@@ -504,7 +505,6 @@ fn bench_proofkit(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error +
             std::hint::black_box(vm.hash(b));
         },
     );
-    let hashes = a.hashes.div_ceil(a.threads as u64) * a.threads as u64;
     Ok(json!({
         "impl": "proofkit",
         "cache_init_s": cache_s,
@@ -555,7 +555,7 @@ fn bench_peer(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error + Sen
         );
         dataset_s = Some(t1.elapsed().as_secs_f64());
     }
-    let secs = run_threads(
+    let (secs, hashes) = run_threads(
         a.threads,
         a.hashes,
         |_| {
@@ -566,7 +566,6 @@ fn bench_peer(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error + Sen
             std::hint::black_box(vm.hash(b));
         },
     );
-    let hashes = a.hashes.div_ceil(a.threads as u64) * a.threads as u64;
     Ok(json!({
         "impl": "librandomx",
         "cache_init_s": cache_s,

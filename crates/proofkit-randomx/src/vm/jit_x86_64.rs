@@ -168,21 +168,30 @@ fn emit_instruction(
             src,
             imm,
             mask,
-        } => {
-            let m = scratchpad_operand(a, src, imm, mask, RAX);
-            asm::op_rm(a, 0x03, r(dst), &m);
         }
-        Bytecode::IsubR { dst, src } => asm::sub_rr(a, r(dst), r(src)),
-        Bytecode::IsubI { dst, imm } => asm::group1_ri(a, 5, r(dst), imm as i32),
-        Bytecode::IsubM {
+        | Bytecode::IsubM {
+            dst,
+            src,
+            imm,
+            mask,
+        }
+        | Bytecode::IxorM {
             dst,
             src,
             imm,
             mask,
         } => {
+            // add / sub / xor r64, [scratchpad]
+            let opcode = match bc {
+                Bytecode::IaddM { .. } => 0x03,
+                Bytecode::IsubM { .. } => 0x2B,
+                _ => 0x33,
+            };
             let m = scratchpad_operand(a, src, imm, mask, RAX);
-            asm::op_rm(a, 0x2B, r(dst), &m);
+            asm::op_rm(a, opcode, r(dst), &m);
         }
+        Bytecode::IsubR { dst, src } => asm::sub_rr(a, r(dst), r(src)),
+        Bytecode::IsubI { dst, imm } => asm::group1_ri(a, 5, r(dst), imm as i32),
         Bytecode::ImulR { dst, src } => asm::imul_rr(a, r(dst), r(src)),
         Bytecode::ImulI { dst, imm } => {
             if imm as i64 == imm as i32 as i64 {
@@ -242,15 +251,6 @@ fn emit_instruction(
         Bytecode::InegR { dst } => asm::group3_r(a, 3, r(dst)),
         Bytecode::IxorR { dst, src } => asm::xor_rr(a, r(dst), r(src)),
         Bytecode::IxorI { dst, imm } => asm::group1_ri(a, 6, r(dst), imm as i32),
-        Bytecode::IxorM {
-            dst,
-            src,
-            imm,
-            mask,
-        } => {
-            let m = scratchpad_operand(a, src, imm, mask, RAX);
-            asm::op_rm(a, 0x33, r(dst), &m);
-        }
         Bytecode::IrorR { dst, src } => {
             asm::mov_r32(a, RCX, r(src));
             asm::shift_cl(a, 1, r(dst));
