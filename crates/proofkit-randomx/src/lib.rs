@@ -24,7 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod aes;
-mod argon2_fill;
+pub mod argon2_fill;
 pub mod argon2d;
 pub mod blake;
 pub mod cache;

@@ -74,8 +74,15 @@ fn permute(v: &mut [u64; 128], i: [usize; 16]) {
 }
 
 /// G(x, y) XORed into `out` when `xor_into` (passes after the first), else stored: the
-/// portable compression, oracle of the SIMD kernels.
-pub fn compress_portable(out: &mut Block, x: &Block, y: &Block, xor_into: bool) {
+/// portable compression, oracle of the SIMD kernels. `first_word` gets `out[0]` as soon as it
+/// is known (here: at the end).
+pub fn compress_portable(
+    out: &mut Block,
+    x: &Block,
+    y: &Block,
+    xor_into: bool,
+    first_word: &mut dyn FnMut(u64),
+) {
     let mut r = [0u64; 128];
     for k in 0..128 {
         r[k] = x[k] ^ y[k];
@@ -94,10 +101,14 @@ pub fn compress_portable(out: &mut Block, x: &Block, y: &Block, xor_into: bool) 
         let v = q[k] ^ r[k];
         out[k] = if xor_into { out[k] ^ v } else { v };
     }
+    first_word(out[0]);
 }
 
-/// A compression kernel: `out = G(x, y)` or `out ^= G(x, y)`.
-pub type CompressFn = fn(&mut Block, &Block, &Block, bool);
+/// A compression kernel: `out = G(x, y)` or `out ^= G(x, y)`, calling `first_word(out[0])`
+/// once, as early as the kernel knows it. Argon2d's next reference block is chosen by that word:
+/// a kernel that knows it before it has finished lets the fill start the next block's
+/// data-dependent memory read early (the fill is otherwise half waiting for memory).
+pub type CompressFn = fn(&mut Block, &Block, &Block, bool, &mut dyn FnMut(u64));
 
 /// Fills `blocks` (exactly `ARGON_MEMORY` of them) from `password` with `compress`.
 pub fn fill_with(blocks: &mut [Block], password: &[u8], compress: CompressFn) {
@@ -113,33 +124,57 @@ pub fn fill_with(blocks: &mut [Block], password: &[u8], compress: CompressFn) {
             *w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
     }
-    let lane_length = ARGON_MEMORY;
-    let segment_length = lane_length / SYNC_POINTS;
-    for pass in 0..ARGON_ITERATIONS as usize {
-        for slice in 0..SYNC_POINTS {
+    // The blocks in fill order, as (pass, slice, index within the segment).
+    let positions = (0..ARGON_ITERATIONS as usize).flat_map(|pass| {
+        (0..SYNC_POINTS).flat_map(move |slice| {
             let first = if pass == 0 && slice == 0 { 2 } else { 0 };
-            for index in first..segment_length {
-                let cur = slice * segment_length + index;
-                let prev = if cur == 0 { lane_length - 1 } else { cur - 1 };
-                // Argon2d: the reference block depends on the previous block's first word.
-                let j1 = blocks[prev][0] & 0xFFFF_FFFF;
-                let area = if pass == 0 {
-                    slice * segment_length + index - 1
-                } else {
-                    lane_length - segment_length + index - 1
-                } as u64;
-                let rel = area - 1 - ((area * ((j1 * j1) >> 32)) >> 32);
-                let start = if pass == 0 || slice == SYNC_POINTS - 1 {
-                    0
-                } else {
-                    (slice + 1) * segment_length
-                };
-                let refi = (start + rel as usize) % lane_length;
-                let (out, x, y) = three(blocks, cur, prev, refi);
-                compress(out, x, y, pass > 0);
+            (first..SEGMENT_LENGTH).map(move |index| (pass, slice, index))
+        })
+    });
+    let mut positions = positions.peekable();
+    let base = blocks.as_ptr();
+    // The first reference block: later ones are prefetched by the kernel's `first_word` hook.
+    let mut refi = reference_index((0, 0, 2), blocks[1][0]);
+    while let Some((pass, slice, index)) = positions.next() {
+        let cur = slice * SEGMENT_LENGTH + index;
+        let prev = if cur == 0 { ARGON_MEMORY - 1 } else { cur - 1 };
+        let next = positions.peek().copied();
+        let mut next_refi = 0;
+        let mut first_word = |w: u64| {
+            if let Some(next) = next {
+                next_refi = reference_index(next, w);
+                for line in 0..16 {
+                    proofkit_core::memory::prefetch_address(
+                        base.wrapping_add(next_refi) as *const u8,
+                        64 * line,
+                    );
+                }
             }
-        }
+        };
+        let (out, x, y) = three(blocks, cur, prev, refi);
+        compress(out, x, y, pass > 0, &mut first_word);
+        refi = next_refi;
     }
+}
+
+const SEGMENT_LENGTH: usize = ARGON_MEMORY / SYNC_POINTS;
+
+/// The reference block of the block at `(pass, slice, index)` (RFC 9106 3.4.1.1-3.4.1.3, one
+/// lane) given the first word of the previous block (Argon2d's J1 is its low half).
+fn reference_index((pass, slice, index): (usize, usize, usize), prev_first_word: u64) -> usize {
+    let j1 = prev_first_word & 0xFFFF_FFFF;
+    let area = if pass == 0 {
+        slice * SEGMENT_LENGTH + index - 1
+    } else {
+        ARGON_MEMORY - SEGMENT_LENGTH + index - 1
+    } as u64;
+    let rel = area - 1 - ((area * ((j1 * j1) >> 32)) >> 32);
+    let start = if pass == 0 || slice == SYNC_POINTS - 1 {
+        0
+    } else {
+        (slice + 1) * SEGMENT_LENGTH
+    };
+    (start + rel as usize) % ARGON_MEMORY
 }
 
 /// `blocks[cur]` mutably and `blocks[a]`, `blocks[b]` shared. The reference index never is the
@@ -212,16 +247,18 @@ mod tests {
             for xor_into in [false, true] {
                 let mut a = random_block(s + 7);
                 let mut b = a;
-                compress_portable(&mut a, &x, &y, xor_into);
-                k(&mut b, &x, &y, xor_into);
+                let (mut wa, mut wb) = (None, None);
+                compress_portable(&mut a, &x, &y, xor_into, &mut |w| wa = Some(w));
+                k(&mut b, &x, &y, xor_into, &mut |w| wb = Some(w));
                 assert_eq!(a, b, "seed {s} xor {xor_into}");
+                assert_eq!((wa, wb), (Some(a[0]), Some(a[0])), "first word, seed {s}");
             }
         }
         let zero = [0u64; 128];
         let ones = [u64::MAX; 128];
         let (mut a, mut b) = (zero, zero);
-        compress_portable(&mut a, &ones, &zero, false);
-        k(&mut b, &ones, &zero, false);
+        compress_portable(&mut a, &ones, &zero, false, &mut |_| ());
+        k(&mut b, &ones, &zero, false, &mut |_| ());
         assert_eq!(a, b);
     }
 }

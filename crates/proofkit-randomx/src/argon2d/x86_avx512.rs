@@ -2,7 +2,8 @@
 //! (a, b, c, d rows of its 4x4 word matrix), two independent P instances per register set (one
 //! per 256-bit half), rotations with `vprorq`, BlaMka's 32x32 products with `vpmuludq`; the
 //! diagonal step rotates the b, c, d rows with in-lane `vpermq`. Same signature and results as
-//! [`super::compress_portable`].
+//! [`super::compress_portable`]; the result's first word is handed out after the first quarter
+//! of the column step (see [`super::CompressFn`]).
 
 use super::{Block, CompressFn};
 use std::arch::x86_64::*;
@@ -12,9 +13,15 @@ pub fn kernel() -> Option<CompressFn> {
     std::arch::is_x86_feature_detected!("avx512f").then_some(compress_checked as CompressFn)
 }
 
-fn compress_checked(out: &mut Block, x: &Block, y: &Block, xor_into: bool) {
+fn compress_checked(
+    out: &mut Block,
+    x: &Block,
+    y: &Block,
+    xor_into: bool,
+    first_word: &mut dyn FnMut(u64),
+) {
     // SAFETY: `kernel()` hands this function out only after detecting AVX-512F.
-    unsafe { compress(out, x, y, xor_into) }
+    unsafe { compress(out, x, y, xor_into, first_word) }
 }
 
 #[inline(always)]
@@ -58,126 +65,81 @@ unsafe fn permute2(a: &mut __m512i, b: &mut __m512i, c: &mut __m512i, d: &mut __
     }
 }
 
-/// A 512-bit value from two 256-bit halves at word offsets `lo` and `hi` of `q`.
+/// Swaps the middle two 128-bit lanes: turns a row-set register (the same 4 words of two rows,
+/// one row per half) into a column-pair register (2 words of each of the two rows per half) and
+/// back; its own inverse.
 #[inline(always)]
-unsafe fn load2x4(q: &[u64; 128], lo: usize, hi: usize) -> __m512i {
-    debug_assert!(lo + 4 <= 128 && hi + 4 <= 128);
-    // SAFETY: both 4-word ranges lie inside q (checked above in debug, by construction here).
-    unsafe {
-        let l = _mm256_loadu_si256(q.as_ptr().add(lo) as *const __m256i);
-        let h = _mm256_loadu_si256(q.as_ptr().add(hi) as *const __m256i);
-        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
-    }
-}
-
-#[inline(always)]
-unsafe fn store2x4(q: &mut [u64; 128], lo: usize, hi: usize, v: __m512i) {
-    debug_assert!(lo + 4 <= 128 && hi + 4 <= 128);
-    // SAFETY: as load2x4.
-    unsafe {
-        _mm256_storeu_si256(
-            q.as_mut_ptr().add(lo) as *mut __m256i,
-            _mm512_castsi512_si256(v),
-        );
-        _mm256_storeu_si256(
-            q.as_mut_ptr().add(hi) as *mut __m256i,
-            _mm512_extracti64x4_epi64::<1>(v),
-        );
-    }
-}
-
-/// A 512-bit value from four 2-word pieces at word offsets `o`.
-#[inline(always)]
-unsafe fn load4x2(q: &[u64; 128], o: [usize; 4]) -> __m512i {
-    // SAFETY: every piece lies inside q (offsets < 127, even).
-    unsafe {
-        let p = |i: usize| _mm_loadu_si128(q.as_ptr().add(o[i]) as *const __m128i);
-        let v = _mm512_castsi128_si512(p(0));
-        let v = _mm512_inserti64x2::<1>(v, p(1));
-        let v = _mm512_inserti64x2::<2>(v, p(2));
-        _mm512_inserti64x2::<3>(v, p(3))
-    }
-}
-
-#[inline(always)]
-unsafe fn store4x2(q: &mut [u64; 128], o: [usize; 4], v: __m512i) {
-    // SAFETY: as load4x2.
-    unsafe {
-        _mm_storeu_si128(
-            q.as_mut_ptr().add(o[0]) as *mut __m128i,
-            _mm512_castsi512_si128(v),
-        );
-        _mm_storeu_si128(
-            q.as_mut_ptr().add(o[1]) as *mut __m128i,
-            _mm512_extracti64x2_epi64::<1>(v),
-        );
-        _mm_storeu_si128(
-            q.as_mut_ptr().add(o[2]) as *mut __m128i,
-            _mm512_extracti64x2_epi64::<2>(v),
-        );
-        _mm_storeu_si128(
-            q.as_mut_ptr().add(o[3]) as *mut __m128i,
-            _mm512_extracti64x2_epi64::<3>(v),
-        );
-    }
+unsafe fn swap_middle_lanes(v: __m512i) -> __m512i {
+    // SAFETY: register-only AVX-512F shuffle; the caller enabled the feature.
+    unsafe { _mm512_shuffle_i64x2::<0b11_01_10_00>(v, v) }
 }
 
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn compress(out: &mut Block, x: &Block, y: &Block, xor_into: bool) {
-    // SAFETY: all memory accesses are 64-byte chunks of the three 1 KiB blocks or of the local
-    // q (offsets multiples of 8 words below 128).
+unsafe fn compress(
+    out: &mut Block,
+    x: &Block,
+    y: &Block,
+    xor_into: bool,
+    first_word: &mut dyn FnMut(u64),
+) {
+    // SAFETY: every load and store is a 64-byte chunk at word offset 8i (i < 16) of one of the
+    // three 1 KiB blocks.
     unsafe {
-        // Rows: row i is words 16i..16i+16 = (a, b, c, d) at 16i + 0, 4, 8, 12; rows 2p, 2p+1
-        // share a register set. R = X ^ Y is formed here (and kept for the final XOR), so the
-        // block is read once.
-        let mut r = [0u64; 128];
-        let mut q = [0u64; 128];
-        for p in 0..4 {
-            let (r0, r1) = (32 * p, 32 * p + 16);
-            let mut v = [_mm512_setzero_si512(); 4];
-            for (k, vk) in v.iter_mut().enumerate() {
-                let o = 4 * k;
-                *vk = _mm512_xor_si512(load2x4(x, r0 + o, r1 + o), load2x4(y, r0 + o, r1 + o));
-                store2x4(&mut r, r0 + o, r1 + o, *vk);
+        let load = |b: &Block, k: usize| _mm512_loadu_si512(b.as_ptr().add(k) as *const _);
+        // The whole block stays in 16 registers. Row set s holds rows 2s and 2s+1 (one per
+        // 256-bit half); its register t holds words 4t..4t+3 of each (the a, b, c, d rows of
+        // the 4x4 matrix P works on). R = X ^ Y is loaded as rows [2s words 8h..8h+8].
+        let mut v = [[_mm512_setzero_si512(); 4]; 4];
+        for s in 0..4 {
+            for h in 0..2 {
+                // Words 8h..8h+8 of rows 2s and 2s+1 = registers t = 2h, 2h+1.
+                let lo = _mm512_xor_si512(load(x, 32 * s + 8 * h), load(y, 32 * s + 8 * h));
+                let hi =
+                    _mm512_xor_si512(load(x, 32 * s + 16 + 8 * h), load(y, 32 * s + 16 + 8 * h));
+                v[s][2 * h] = _mm512_shuffle_i64x2::<0b01_00_01_00>(lo, hi);
+                v[s][2 * h + 1] = _mm512_shuffle_i64x2::<0b11_10_11_10>(lo, hi);
             }
-            let [mut a, mut b, mut c, mut d] = v;
-            permute2(&mut a, &mut b, &mut c, &mut d);
-            store2x4(&mut q, r0, r1, a);
-            store2x4(&mut q, r0 + 4, r1 + 4, b);
-            store2x4(&mut q, r0 + 8, r1 + 8, c);
-            store2x4(&mut q, r0 + 12, r1 + 12, d);
         }
-        // Columns: column j is the word pairs 2j + 16m (m = 0..8); its a row is the pairs of
-        // m = 0, 1, b of m = 2, 3, c of 4, 5, d of 6, 7. Columns 2p and 2p+1 share a set.
+        for row_set in v.iter_mut() {
+            let [a, b, c, d] = row_set;
+            permute2(a, b, c, d);
+        }
+        // Columns: the column pair p (words 4p..4p+3 of every row) takes its a, b, c, d from
+        // register p of row sets 0, 1, 2, 3, lanes regrouped two words per row.
         for p in 0..4 {
-            let (j0, j1) = (4 * p, 4 * p + 2);
-            let off = |m: usize| {
-                [
-                    j0 + 16 * m,
-                    j0 + 16 * (m + 1),
-                    j1 + 16 * m,
-                    j1 + 16 * (m + 1),
-                ]
-            };
-            let mut a = load4x2(&q, off(0));
-            let mut b = load4x2(&q, off(2));
-            let mut c = load4x2(&q, off(4));
-            let mut d = load4x2(&q, off(6));
+            let mut a = swap_middle_lanes(v[0][p]);
+            let mut b = swap_middle_lanes(v[1][p]);
+            let mut c = swap_middle_lanes(v[2][p]);
+            let mut d = swap_middle_lanes(v[3][p]);
             permute2(&mut a, &mut b, &mut c, &mut d);
-            store4x2(&mut q, off(0), a);
-            store4x2(&mut q, off(2), b);
-            store4x2(&mut q, off(4), c);
-            store4x2(&mut q, off(6), d);
-        }
-        for k in (0..128).step_by(8) {
-            let mut v = _mm512_xor_si512(
-                _mm512_loadu_si512(q.as_ptr().add(k) as *const _),
-                _mm512_loadu_si512(r.as_ptr().add(k) as *const _),
-            );
-            if xor_into {
-                v = _mm512_xor_si512(v, _mm512_loadu_si512(out.as_ptr().add(k) as *const _));
+            if p == 0 {
+                // Word 0 of the result is final once columns 0 and 1 are: hand it out now, so
+                // that the next block's reference read starts while columns 2-7 are computed.
+                let q0 = _mm_cvtsi128_si64(_mm512_castsi512_si128(a)) as u64;
+                first_word(q0 ^ x[0] ^ y[0] ^ if xor_into { out[0] } else { 0 });
             }
-            _mm512_storeu_si512(out.as_mut_ptr().add(k) as *mut _, v);
+            v[0][p] = swap_middle_lanes(a);
+            v[1][p] = swap_middle_lanes(b);
+            v[2][p] = swap_middle_lanes(c);
+            v[3][p] = swap_middle_lanes(d);
+        }
+        // Back to memory order, XORed with R (and with the old block after the first pass).
+        for s in 0..4 {
+            for h in 0..2 {
+                let (t0, t1) = (v[s][2 * h], v[s][2 * h + 1]);
+                for (row, k) in [(0, 32 * s + 8 * h), (1, 32 * s + 16 + 8 * h)] {
+                    let q = if row == 0 {
+                        _mm512_shuffle_i64x2::<0b01_00_01_00>(t0, t1)
+                    } else {
+                        _mm512_shuffle_i64x2::<0b11_10_11_10>(t0, t1)
+                    };
+                    let mut w = _mm512_xor_si512(q, _mm512_xor_si512(load(x, k), load(y, k)));
+                    if xor_into {
+                        w = _mm512_xor_si512(w, load(out, k));
+                    }
+                    _mm512_storeu_si512(out.as_mut_ptr().add(k) as *mut _, w);
+                }
+            }
         }
     }
 }
