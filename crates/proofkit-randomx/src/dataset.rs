@@ -137,27 +137,13 @@ fn checked_range(cache: &Cache, start: u64, count: u64) -> Result<u64, Error> {
     Ok(end)
 }
 
-/// Items per interleaved batch: sixteen independent items keep sixteen cache-line reads in
-/// flight per SuperscalarHash step (the build is bound by their latency, not by arithmetic).
-/// CPU time per item here (`cargo run --release -p proofkit-randomx --example item_timing`):
-/// 1 at a time ~1.3 us, 8 ~0.73 us, 16 ~0.65 us, 32 no better.
-const BATCH: usize = 16;
+/// Items per buffered group of [`Dataset::init_range_shared`]: a multiple of the vector build's
+/// group.
+const BATCH: usize = 4 * crate::cache::VECTOR_GROUP_ITEMS;
 
 /// Writes items `first ..` into `words` (8 words per item).
 fn fill_items(cache: &Cache, first: u64, words: &mut [u64]) {
-    let mut batches = words.chunks_exact_mut(8 * BATCH);
-    let mut item = first;
-    for batch in &mut batches {
-        let items = cache.dataset_items::<BATCH>(item);
-        for (dst, src) in batch.chunks_exact_mut(8).zip(items.iter()) {
-            dst.copy_from_slice(src);
-        }
-        item += BATCH as u64;
-    }
-    for dst in batches.into_remainder().chunks_exact_mut(8) {
-        dst.copy_from_slice(&cache.dataset_item(item));
-        item += 1;
-    }
+    cache.dataset_items_into(first, words);
 }
 
 impl std::fmt::Debug for Dataset {

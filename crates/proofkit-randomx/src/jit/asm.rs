@@ -456,6 +456,16 @@ pub fn prefetchnta(s: &mut impl Sink, m: &Mem) {
     s.put(&mem_bytes(0, m));
 }
 
+/// `prefetcht0 [mem]`.
+pub fn prefetcht0(s: &mut impl Sink, m: &Mem) {
+    let r = 0x40 | ((m.index_reg() >> 3) << 1) | (m.base >> 3);
+    if r != 0x40 {
+        s.put(&[r]);
+    }
+    s.put(&[0x0F, 0x18]);
+    s.put(&mem_bytes(1, m));
+}
+
 /// `call rax`.
 pub fn call_rax(s: &mut impl Sink) {
     s.put(&[0xFF, 0xD0]);

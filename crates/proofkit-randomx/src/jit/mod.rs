@@ -7,6 +7,8 @@
 #![allow(unsafe_code)]
 
 pub mod asm;
+pub mod evex;
+pub mod superscalar_avx512;
 pub mod superscalar_x86_64;
 
 /// A read-write code buffer being assembled.
