@@ -31,6 +31,16 @@ fn main() {
             (cpu() - t) * 1e9 / n as f64
         );
         let t = cpu();
+        let mut acc2v = 0u64;
+        for i in (0..n).step_by(2) {
+            let v = cache.dataset_item_pair(i + round * n, i + 1 + round * n);
+            acc2v ^= v[0][0] ^ v[1][0];
+        }
+        println!(
+            "pair (light mode's): {:.0} ns/item cpu ({acc2v:x})",
+            (cpu() - t) * 1e9 / n as f64
+        );
+        let t = cpu();
         let mut acc4 = 0u64;
         for i in (0..n).step_by(4) {
             let v = cache.dataset_items::<4>(i + round * n);

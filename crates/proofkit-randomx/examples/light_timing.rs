@@ -38,4 +38,35 @@ fn main() {
         );
     }
     let _ = Version::V1;
+    // CPU time per light hash beside the system librandomx (robust on a loaded machine).
+    if let Ok(lib) = proofkit_randomx::peer::LibRandomx::load() {
+        let cpu = || {
+            proofkit_core::cputime::thread_cpu_time()
+                .unwrap()
+                .as_secs_f64()
+        };
+        let flags = lib.recommended_flags();
+        let pc = lib.cache(flags, b"timing key").unwrap();
+        let mut pvm = lib.vm(flags, Some(&pc), None).unwrap();
+        let mut vm = Vm::light(cache.clone(), Version::V1).unwrap();
+        for round in 0..3 {
+            let n = 10u8;
+            let t = cpu();
+            for i in 0..n {
+                vm.hash(&[i ^ (round << 4); 76]);
+            }
+            let ours = (cpu() - t) / n as f64;
+            let t = cpu();
+            for i in 0..n {
+                pvm.hash(&[i ^ (round << 4); 76]);
+            }
+            let theirs = (cpu() - t) / n as f64;
+            println!(
+                "light hash cpu: proofkit {:.2} ms, librandomx {:.2} ms, ratio {:.2}",
+                ours * 1e3,
+                theirs * 1e3,
+                theirs / ours
+            );
+        }
+    }
 }
