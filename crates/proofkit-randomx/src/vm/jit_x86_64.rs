@@ -29,6 +29,7 @@ use super::interpreter::Bytecode;
 use crate::config::*;
 use crate::jit::asm::{self, Mem, Sink, RAX, RBP, RBX, RCX, RDI, RDX, RSI, RSP};
 use crate::jit::JitError;
+use proofkit_core::memory::{LargeBuffer, PageKind, PagePolicy};
 use std::mem::offset_of;
 
 /// Everything the compiled loop reads and writes, shared with Rust.
@@ -632,12 +633,15 @@ pub fn compile_into(
 /// A reusable code region for one VM: programs are recompiled into it for every program of
 /// every hash. In secure mode the region flips between read-write and read-execute (W^X, like
 /// the reference's RANDOMX_FLAG_SECURE); otherwise it is mapped read-write-execute once, which
-/// saves two `mprotect` calls per program.
+/// saves two `mprotect` calls per program. With a large-page policy the region is one 2 MiB
+/// page (hugetlb or THP, as the VM's other memory), so the code never misses the iTLB.
 pub struct ProgramCode {
     ptr: *mut u8,
     cap: usize,
     secure: bool,
     len: usize,
+    /// The large-page mapping behind `ptr`, when there is one (else `ptr` is our own mmap).
+    backing: Option<LargeBuffer>,
 }
 
 // SAFETY: the region is owned by one VM and only used through &mut self.
@@ -645,17 +649,44 @@ unsafe impl Send for ProgramCode {}
 
 /// Largest code a program compiles to (384 instructions of at most 40 bytes plus the loop).
 const CODE_CAPACITY: usize = 64 * 1024;
+const LARGE_PAGE: usize = 2 << 20;
 
 type LoopFn = unsafe extern "sysv64" fn(*mut JitState);
 
 impl ProgramCode {
     pub fn new(secure: bool) -> Result<Self, JitError> {
-        let cap = CODE_CAPACITY;
+        Self::with_pages(secure, PagePolicy::SmallOnly)
+    }
+
+    /// A region on the page size `pages` allows (large pages falling back to 4 KiB ones).
+    pub fn with_pages(secure: bool, pages: PagePolicy) -> Result<Self, JitError> {
         let prot = if secure {
             libc::PROT_READ | libc::PROT_WRITE
         } else {
             libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC
         };
+        if pages != PagePolicy::SmallOnly {
+            if let Ok(mut buf) = LargeBuffer::new(LARGE_PAGE, pages) {
+                if matches!(buf.kind(), PageKind::Hugetlb2M | PageKind::Transparent2M) {
+                    let ptr = buf.as_mut_ptr();
+                    // SAFETY: changes the protection of our own mapping, whole.
+                    if unsafe { libc::mprotect(ptr as *mut libc::c_void, LARGE_PAGE, prot) } == 0 {
+                        return Ok(ProgramCode {
+                            ptr,
+                            cap: LARGE_PAGE,
+                            secure,
+                            len: 0,
+                            backing: Some(buf),
+                        });
+                    }
+                    if !secure {
+                        // RWX refused: W^X on large pages.
+                        return Self::with_pages(true, pages);
+                    }
+                }
+            }
+        }
+        let cap = CODE_CAPACITY;
         // SAFETY: anonymous private mapping, result checked.
         let p = unsafe {
             libc::mmap(
@@ -679,7 +710,15 @@ impl ProgramCode {
             cap,
             secure,
             len: 0,
+            backing: None,
         })
+    }
+
+    /// The page size the code lives on.
+    pub fn page_kind(&self) -> PageKind {
+        self.backing
+            .as_ref()
+            .map_or(PageKind::Small4K, |b| b.kind())
     }
 
     pub fn is_secure(&self) -> bool {
@@ -731,8 +770,10 @@ impl ProgramCode {
 
 impl Drop for ProgramCode {
     fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.cap) };
+        if self.backing.is_none() {
+            // SAFETY: our own mapping, unmapped once.
+            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.cap) };
+        }
     }
 }
 

@@ -159,7 +159,7 @@ impl Vm {
             #[cfg(target_arch = "x86_64")]
             jit: if jit_usable(&opts) {
                 // No executable memory (a strict W^X policy): the interpreter runs instead.
-                jit_x86_64::ProgramCode::new(opts.secure)
+                jit_x86_64::ProgramCode::with_pages(opts.secure, opts.pages)
                     .ok()
                     .map(|c| (c, Box::default(), Vec::new()))
             } else {
@@ -213,6 +213,18 @@ impl Vm {
     }
 
     /// True when programs run as compiled machine code.
+    /// The page size the JIT's code lives on (`None` when the interpreter runs).
+    pub fn code_pages(&self) -> Option<PageKind> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.jit.as_ref().map(|(c, _, _)| c.page_kind())
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }
+
     pub fn uses_jit(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
@@ -469,4 +481,48 @@ fn fp_from_bytes(b: &[u8; 16]) -> [f64; 2] {
         f64::from_bits(u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
         f64::from_bits(u64::from_le_bytes(b[8..].try_into().expect("8 bytes"))),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// JIT code on each page size (and W^X on large pages) hashes like the interpreter.
+    #[test]
+    fn jit_code_on_every_page_size() {
+        let cache = Arc::new(Cache::new(b"code pages", PagePolicy::Transparent).unwrap());
+        let mut reference = Vm::new(
+            DatasetSource::Light(cache.clone()),
+            VmOptions {
+                jit: false,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let want = reference.hash(b"code pages input");
+        for pages in [PagePolicy::SmallOnly, PagePolicy::Transparent] {
+            for secure in [false, true] {
+                let opts = VmOptions {
+                    pages,
+                    secure,
+                    ..Default::default()
+                };
+                let mut vm = Vm::new(DatasetSource::Light(cache.clone()), opts).unwrap();
+                let Some(kind) = vm.code_pages() else {
+                    eprintln!("skipped: no JIT on this platform");
+                    return;
+                };
+                if pages == PagePolicy::SmallOnly {
+                    assert_eq!(kind, PageKind::Small4K);
+                } else if proofkit_core::memory::thp_available() {
+                    assert_eq!(kind, PageKind::Transparent2M, "secure {secure}");
+                }
+                assert_eq!(
+                    vm.hash(b"code pages input"),
+                    want,
+                    "{pages:?} secure {secure}"
+                );
+            }
+        }
+    }
 }
