@@ -350,6 +350,37 @@ pub fn test_ri(s: &mut impl Sink, r: u8, imm: i32) {
     s.put(&imm.to_le_bytes());
 }
 
+/// `mov dword [mem], imm32`.
+pub fn store32_imm(s: &mut impl Sink, m: &Mem, imm: u32) {
+    let r = 0x40 | ((m.index_reg() >> 3) << 1) | (m.base >> 3);
+    if r != 0x40 {
+        s.put(&[r]);
+    }
+    s.put(&[0xC7]);
+    s.put(&mem_bytes(0, m));
+    s.put(&imm.to_le_bytes());
+}
+
+/// `mov r32, dword [mem]` (zero-extends).
+pub fn load32(s: &mut impl Sink, reg: u8, m: &Mem) {
+    let r = 0x40 | ((reg >> 3) << 2) | ((m.index_reg() >> 3) << 1) | (m.base >> 3);
+    if r != 0x40 {
+        s.put(&[r]);
+    }
+    s.put(&[0x8B]);
+    s.put(&mem_bytes(reg, m));
+}
+
+/// `mov dword [mem], r32`.
+pub fn store32(s: &mut impl Sink, m: &Mem, reg: u8) {
+    let r = 0x40 | ((reg >> 3) << 2) | ((m.index_reg() >> 3) << 1) | (m.base >> 3);
+    if r != 0x40 {
+        s.put(&[r]);
+    }
+    s.put(&[0x89]);
+    s.put(&mem_bytes(reg, m));
+}
+
 /// `test al, imm8`.
 pub fn test_al(s: &mut impl Sink, imm: u8) {
     s.put(&[0xA8, imm]);
@@ -616,6 +647,32 @@ mod tests {
                 },
                 "push r12; pop r12; ret",
                 vec![0x41, 0x54, 0x41, 0x5C, 0xC3],
+            ),
+            (
+                {
+                    let mut v = vec![];
+                    store32_imm(&mut v, &Mem::base(RSP, 0x120), 0x3F80);
+                    load32(&mut v, RAX, &Mem::base(RSP, 0));
+                    store32(&mut v, &Mem::base(RCX, 0x158), RAX);
+                    prefetcht0(&mut v, &Mem::indexed(RSI, RAX, 0));
+                    mxcsr(
+                        &mut v,
+                        2,
+                        &Mem {
+                            base: RSP,
+                            index: Some((RAX, 0)),
+                            disp: 0x118,
+                        },
+                    );
+                    v
+                },
+                "mov dword [rsp+0x120], 0x3f80; mov eax, [rsp]; mov [rcx+0x158], eax; \
+                 prefetcht0 [rsi+rax]; ldmxcsr [rsp+rax+0x118]",
+                vec![
+                    0xC7, 0x84, 0x24, 0x20, 0x01, 0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x8B, 0x04,
+                    0x24, 0x89, 0x81, 0x58, 0x01, 0x00, 0x00, 0x0F, 0x18, 0x0C, 0x06, 0x0F, 0xAE,
+                    0x94, 0x04, 0x18, 0x01, 0x00, 0x00,
+                ],
             ),
         ];
         for (got, text, want) in cases {
