@@ -1,0 +1,60 @@
+//! CPU time of the per-hash work around the VM loop: scratchpad fill (AesGenerator1R, 2 MiB),
+//! scratchpad hash (AesHash1R) and, per program, generation (AesGenerator4R), decoding and JIT
+//! compilation. A fast-mode hash runs one fill, one hash and eight programs.
+use proofkit_randomx::program::Program;
+use proofkit_randomx::vm::{interpreter, jit_x86_64};
+use proofkit_randomx::Aes;
+fn main() {
+    let cpu = || {
+        proofkit_core::cputime::thread_cpu_time()
+            .unwrap()
+            .as_secs_f64()
+    };
+    let aes = Aes::detect();
+    let mut sp = vec![0u8; 2 << 20];
+    let mut st = [3u8; 64];
+    let n = 200;
+    let t = cpu();
+    for _ in 0..n {
+        aes.fill_1r(&mut st, &mut sp);
+    }
+    println!("fill_1r 2 MiB: {:.1} us", (cpu() - t) / n as f64 * 1e6);
+    let t = cpu();
+    let mut acc = 0u8;
+    for _ in 0..n {
+        acc ^= aes.hash_1r(&sp)[0];
+    }
+    println!(
+        "hash_1r 2 MiB: {:.1} us ({acc})",
+        (cpu() - t) / n as f64 * 1e6
+    );
+    let mut bytes = vec![0u8; 128 + 8 * 256];
+    let mut out = Vec::new();
+    let t = cpu();
+    for _ in 0..n * 8 {
+        aes.fill_4r(&mut st, &mut bytes);
+        let p = Program::from_bytes(&bytes, 256);
+        let code = interpreter::decode(&p);
+        jit_x86_64::compile_into(
+            &mut out,
+            &code,
+            [0, 2, 4, 6],
+            jit_x86_64::JitMode::Fast,
+            false,
+        );
+    }
+    println!(
+        "program gen+decode+compile: {:.2} us each",
+        (cpu() - t) / (n * 8) as f64 * 1e6
+    );
+    let t = cpu();
+    for _ in 0..n * 8 {
+        aes.fill_4r(&mut st, &mut bytes);
+        let p = Program::from_bytes(&bytes, 256);
+        std::hint::black_box(interpreter::decode(&p));
+    }
+    println!(
+        "program gen+decode: {:.2} us each",
+        (cpu() - t) / (n * 8) as f64 * 1e6
+    );
+}
