@@ -329,11 +329,7 @@ impl Cache {
                 }
                 l.index[k] = (n % CACHE_ITEM_COUNT) * 8;
             }
-            proofkit_core::memory::prefetch_read(&words[l.index[0] as usize]);
-            proofkit_core::memory::prefetch_read(&words[l.index[1] as usize]);
-            for i in 0..self.programs.len() {
-                vector.step(i, &mut l, words);
-            }
+            vector.chain(&mut l, words);
             return [
                 std::array::from_fn(|j| l.r[j][0]),
                 std::array::from_fn(|j| l.r[j][1]),

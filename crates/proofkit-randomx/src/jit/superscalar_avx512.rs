@@ -46,6 +46,8 @@ const CONST_ITEM_MASK: usize = 1;
 pub struct SuperscalarAvx512 {
     code: ExecutableCode,
     entries: Vec<usize>,
+    /// All programs in one function (light mode's pairs).
+    chain_entry: usize,
     constants: Box<[u64]>,
 }
 
@@ -107,15 +109,16 @@ fn mulhi_unsigned(code: &mut WritableCode, dst: u8, a: u8, b: u8) {
     evex::vpaddq(code, dst, dst, T4);
 }
 
-fn emit_program(code: &mut WritableCode, prog: &SuperscalarProgram, constants: &mut Vec<u64>) {
-    let lanes = |disp: i32| VMem {
+fn lanes_mem(disp: i32) -> VMem {
+    VMem {
         base: RDI,
         disp,
         broadcast: false,
-    };
-    for j in 0..8u8 {
-        evex::load(code, zmm(j), &lanes(64 * j as i32));
     }
+}
+
+/// The program's instructions on zmm0-zmm7 (scratch T0-T7).
+fn emit_body(code: &mut WritableCode, prog: &SuperscalarProgram, constants: &mut Vec<u64>) {
     let mut rcps = prog.reciprocals().iter();
     let mut push_constant = |v: u64| {
         constants.push(v);
@@ -160,30 +163,36 @@ fn emit_program(code: &mut WritableCode, prog: &SuperscalarProgram, constants: &
             }
         }
     }
-    // r ^= the cache lines at `index` (prefetched by the previous step), one gather per register.
-    evex::load(code, T7, &lanes(LANES_INDEX_OFFSET));
+}
+
+/// Gathers the eight 64-byte cache lines at word offsets `index` (a zmm) into
+/// GATHER0..GATHER0+8, register `j` of every lane in GATHER0 + j.
+fn emit_gather(code: &mut WritableCode, index: u8) {
     for j in 0..8u8 {
         let k = 1 + (j % 7);
         evex::kxnorw_all(code, k);
-        evex::vpgatherqq(code, GATHER0 + j, k, RSI, T7, 8 * j as i32);
+        evex::vpgatherqq(code, GATHER0 + j, k, RSI, index, 8 * j as i32);
     }
+}
+
+/// `r ^= gathered`, then `index_out = (r[address_register] mod item count) * 8` words.
+fn emit_mix_and_next_index(code: &mut WritableCode, prog: &SuperscalarProgram, index_out: u8) {
     for j in 0..8u8 {
         evex::vpxorq(code, zmm(j), zmm(j), GATHER0 + j);
     }
-    // Next step: index = (r[address_register] mod item count) * 8 words; prefetch its lines.
     evex::rrm(
         code,
         Map::M0F,
         0xDB,
-        T7,
+        index_out,
         zmm(prog.address_register as u8),
         &constant(CONST_ITEM_MASK),
     );
-    evex::vpsllq(code, T7, T7, 3);
-    evex::store(code, &lanes(LANES_INDEX_OFFSET), T7);
-    for j in 0..8u8 {
-        evex::store(code, &lanes(64 * j as i32), zmm(j));
-    }
+    evex::vpsllq(code, index_out, index_out, 3);
+}
+
+/// `prefetcht0` of the eight lines at the word offsets in `lanes.index`.
+fn emit_prefetch_lines(code: &mut WritableCode) {
     for k in 0..8 {
         asm::load64(code, RAX, &Mem::base(RDI, LANES_INDEX_OFFSET + 8 * k));
         asm::prefetcht0(
@@ -194,6 +203,48 @@ fn emit_program(code: &mut WritableCode, prog: &SuperscalarProgram, constants: &
                 disp: 0,
             },
         );
+    }
+}
+
+/// One step for a batch of eight (the dataset build runs four batches in turn): registers and
+/// index from and to `lanes`, the lines at the old index (prefetched) mixed in, the lines at the
+/// new index prefetched for the next call.
+fn emit_program(code: &mut WritableCode, prog: &SuperscalarProgram, constants: &mut Vec<u64>) {
+    for j in 0..8u8 {
+        evex::load(code, zmm(j), &lanes_mem(64 * j as i32));
+    }
+    emit_body(code, prog, constants);
+    evex::load(code, T7, &lanes_mem(LANES_INDEX_OFFSET));
+    emit_gather(code, T7);
+    emit_mix_and_next_index(code, prog, T7);
+    evex::store(code, &lanes_mem(LANES_INDEX_OFFSET), T7);
+    for j in 0..8u8 {
+        evex::store(code, &lanes_mem(64 * j as i32), zmm(j));
+    }
+    emit_prefetch_lines(code);
+    evex::vzeroupper(code);
+    asm::ret(code);
+}
+
+/// All programs in one function, for light mode's two items (one batch, nothing to interleave
+/// with): the registers stay in zmm0-7 throughout. Each step's lines are prefetched with plain
+/// prefetches, which retire at once, and gathered after the program: gathers issued before it
+/// would sit in the reorder buffer until memory answers and stall the program behind them.
+fn emit_chain(code: &mut WritableCode, programs: &[SuperscalarProgram], constants: &mut Vec<u64>) {
+    for j in 0..8u8 {
+        evex::load(code, zmm(j), &lanes_mem(64 * j as i32));
+    }
+    emit_prefetch_lines(code);
+    for prog in programs {
+        emit_body(code, prog, constants);
+        evex::load(code, T7, &lanes_mem(LANES_INDEX_OFFSET));
+        emit_gather(code, T7);
+        emit_mix_and_next_index(code, prog, T7);
+        evex::store(code, &lanes_mem(LANES_INDEX_OFFSET), T7);
+        emit_prefetch_lines(code);
+    }
+    for j in 0..8u8 {
+        evex::store(code, &lanes_mem(64 * j as i32), zmm(j));
     }
     evex::vzeroupper(code);
     asm::ret(code);
@@ -216,7 +267,8 @@ impl SuperscalarAvx512 {
         let cap: usize = programs
             .iter()
             .map(|p| p.instructions.len() * MAX_INSTRUCTION_BYTES + FRAME_BYTES + 64)
-            .sum();
+            .sum::<usize>()
+            * 2;
         let mut code = WritableCode::new(cap)?;
         let mut constants = vec![0xFFFF_FFFF, CACHE_ITEM_COUNT - 1];
         let mut entries = Vec::with_capacity(programs.len());
@@ -227,9 +279,15 @@ impl SuperscalarAvx512 {
             entries.push(code.len());
             emit_program(&mut code, p, &mut constants);
         }
+        while code.len() % 64 != 0 {
+            code.emit(&[0xCC]);
+        }
+        let chain_entry = code.len();
+        emit_chain(&mut code, programs, &mut constants);
         Ok(Some(SuperscalarAvx512 {
             code: code.seal()?,
             entries,
+            chain_entry,
             constants: constants.into_boxed_slice(),
         }))
     }
@@ -248,6 +306,22 @@ impl SuperscalarAvx512 {
         // and the debug check; the code reduces the ones it computes) and `cache` holds that
         // many words (checked above). It clobbers only caller-saved registers (rax, zmm0-23,
         // k1-k7) and ends with vzeroupper.
+        unsafe {
+            let f: LanesFn = std::mem::transmute::<*const u8, LanesFn>(entry);
+            f(lanes, cache.as_ptr(), self.constants.as_ptr());
+        }
+    }
+}
+
+impl SuperscalarAvx512 {
+    /// All programs on the eight items of `lanes` (fresh registers, `lanes.index` their first
+    /// lines): the whole dataset-item computation in one call.
+    #[inline(always)]
+    pub fn chain(&self, lanes: &mut Lanes8, cache: &[u64]) {
+        assert!(cache.len() as u64 >= CACHE_ITEM_COUNT * 8);
+        debug_assert!(lanes.index.iter().all(|&i| i < CACHE_ITEM_COUNT * 8));
+        let entry = self.code.entry(self.chain_entry);
+        // SAFETY: as `step`, for the chained function: the same accesses, once per program.
         unsafe {
             let f: LanesFn = std::mem::transmute::<*const u8, LanesFn>(entry);
             f(lanes, cache.as_ptr(), self.constants.as_ptr());
@@ -310,6 +384,8 @@ mod tests {
                     }
                     lanes.index[k] = (rnd() % CACHE_ITEM_COUNT) * 8;
                 }
+                let mut chained = lanes.clone();
+                compiled.chain(&mut chained, &cache);
                 for (i, p) in programs.iter().enumerate() {
                     let before = lanes.index;
                     compiled.step(i, &mut lanes, &cache);
@@ -326,6 +402,8 @@ mod tests {
                         assert_eq!(lanes.index[k], next, "program {i} lane {k} index");
                     }
                 }
+                assert_eq!(chained.r, lanes.r, "chained programs");
+                assert_eq!(chained.index, lanes.index, "chained programs' last index");
             }
         }
     }
