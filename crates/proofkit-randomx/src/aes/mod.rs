@@ -171,6 +171,25 @@ impl Aes {
         }
     }
 
+    /// AesHash1R of `buf`, then `buf` refilled by AesGenerator1R from `fill_state` (advanced):
+    /// the end of one hash and the start of the next in the batch API, in one pass over the
+    /// scratchpad (the AES-NI kernel interleaves the two independent chains).
+    pub fn hash_1r_then_fill_1r(self, buf: &mut [u8], fill_state: &mut [u8; 64]) -> [u8; 64] {
+        assert!(
+            buf.len().is_multiple_of(64),
+            "AesHash1R/AesGenerator1R buffers must be whole 64-byte blocks"
+        );
+        match self {
+            Aes::Software => {
+                let h = soft::hash_1r(buf);
+                soft::fill_1r(fill_state, buf);
+                h
+            }
+            #[cfg(target_arch = "x86_64")]
+            Aes::Hardware(t) => t.hash_1r_then_fill_1r(buf, fill_state),
+        }
+    }
+
     /// AesHash1R of `input` (a multiple of 64 bytes).
     pub fn hash_1r(self, input: &[u8]) -> [u8; 64] {
         assert!(
@@ -295,6 +314,16 @@ mod tests {
             Aes::Software.fill_4r(&mut s2, &mut o2);
             assert_eq!((o1.clone(), s1), (o2.clone(), s2));
             assert_eq!(hw.hash_1r(&o1), Aes::Software.hash_1r(&o2));
+            // The fused pass equals hash-then-fill, on both backends.
+            let want_hash = Aes::Software.hash_1r(&o2);
+            let mut s3 = s2;
+            let mut o3 = o2.clone();
+            Aes::Software.fill_1r(&mut s3, &mut o3);
+            for be in [hw, Aes::Software] {
+                let (mut s4, mut o4) = (s2, o2.clone());
+                let h = be.hash_1r_then_fill_1r(&mut o4, &mut s4);
+                assert_eq!((h, o4, s4), (want_hash, o3.clone(), s3), "{len}");
+            }
         }
         for edge in [[0u8; 64], [0xffu8; 64]] {
             assert_eq!(hw.hash_1r(&edge), Aes::Software.hash_1r(&edge));

@@ -47,6 +47,11 @@ impl AesNi {
         // SAFETY: as above.
         unsafe { hash_1r(input) }
     }
+
+    pub fn hash_1r_then_fill_1r(self, buf: &mut [u8], fill_state: &mut [u8; 64]) -> [u8; 64] {
+        // SAFETY: as above; buf.len() % 64 == 0 is checked by the caller.
+        unsafe { hash_1r_then_fill_1r(buf, fill_state) }
+    }
 }
 
 #[inline(always)]
@@ -163,6 +168,47 @@ unsafe fn hash_1r(input: &[u8]) -> [u8; 64] {
         let mut out = [0u8; 64];
         for i in 0..4 {
             store(&mut out[16 * i..], s[i]);
+        }
+        out
+    }
+}
+
+/// AesHash1R of `buf`, then `buf` overwritten by AesGenerator1R from `fill_state`, in one pass:
+/// each 64-byte chunk is absorbed and then replaced. The two chains are independent, so their
+/// AES latencies overlap (each alone is latency-bound at four blocks in flight).
+#[target_feature(enable = "aes,sse2")]
+unsafe fn hash_1r_then_fill_1r(buf: &mut [u8], fill_state: &mut [u8; 64]) -> [u8; 64] {
+    // SAFETY: every chunk is exactly 64 bytes; the states are 64-byte arrays.
+    unsafe {
+        let k: [__m128i; 4] = std::array::from_fn(|i| load(&GEN1R_KEYS[i]));
+        let mut g: [__m128i; 4] = std::array::from_fn(|i| load(&fill_state[16 * i..]));
+        let mut h: [__m128i; 4] = std::array::from_fn(|i| load(&HASH1R_STATE[i]));
+        for chunk in buf.chunks_exact_mut(64) {
+            h[0] = _mm_aesenc_si128(h[0], load(&chunk[0..]));
+            h[1] = _mm_aesdec_si128(h[1], load(&chunk[16..]));
+            h[2] = _mm_aesenc_si128(h[2], load(&chunk[32..]));
+            h[3] = _mm_aesdec_si128(h[3], load(&chunk[48..]));
+            g[0] = _mm_aesdec_si128(g[0], k[0]);
+            g[1] = _mm_aesenc_si128(g[1], k[1]);
+            g[2] = _mm_aesdec_si128(g[2], k[2]);
+            g[3] = _mm_aesenc_si128(g[3], k[3]);
+            for i in 0..4 {
+                store(&mut chunk[16 * i..], g[i]);
+            }
+        }
+        for xk in &HASH1R_XKEYS {
+            let x = load(xk);
+            h[0] = _mm_aesenc_si128(h[0], x);
+            h[1] = _mm_aesdec_si128(h[1], x);
+            h[2] = _mm_aesenc_si128(h[2], x);
+            h[3] = _mm_aesdec_si128(h[3], x);
+        }
+        for i in 0..4 {
+            store(&mut fill_state[16 * i..], g[i]);
+        }
+        let mut out = [0u8; 64];
+        for i in 0..4 {
+            store(&mut out[16 * i..], h[i]);
         }
         out
     }

@@ -268,9 +268,13 @@ impl Vm {
             return Err(Error::NoPendingHash);
         }
         self.run_chain();
-        let out = self.finish();
-        self.begin(next_input);
-        Ok(out)
+        // Steps 12-14 of this hash and steps 2-4 of the next in one pass over the scratchpad.
+        self.seed = hash512(next_input);
+        let fp = self
+            .opts
+            .aes
+            .hash_1r_then_fill_1r(self.scratchpad.as_mut_slice(), &mut self.seed);
+        Ok(self.final_hash(fp))
     }
 
     /// Batch API: finishes the pending hash.
@@ -324,6 +328,11 @@ impl Vm {
     /// Steps 12-14 of chapter 2.
     fn finish(&mut self) -> [u8; 32] {
         let fp = self.opts.aes.hash_1r(self.scratchpad.as_slice());
+        self.final_hash(fp)
+    }
+
+    /// Step 14: Hash256 of the register file with the scratchpad hash in place of `a`.
+    fn final_hash(&self, fp: [u8; 64]) -> [u8; 32] {
         let mut bytes = self.regs.to_bytes();
         bytes[192..].copy_from_slice(&fp);
         hash256(&bytes)
