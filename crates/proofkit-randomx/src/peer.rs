@@ -172,6 +172,8 @@ impl LibRandomx {
     }
 }
 
+type CalcHashFirst = unsafe extern "C" fn(*mut c_void, *const c_void, usize);
+type CalcHashLast = unsafe extern "C" fn(*mut c_void, *mut c_void);
 type Blake2b =
     unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, *const c_void, usize) -> i32;
 type Blake2bLong = unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> i32;
@@ -252,6 +254,48 @@ impl PeerDataset<'_> {
 }
 
 impl PeerVm<'_> {
+    /// `randomx_calculate_hash_first`: starts hashing `input` (batch API).
+    pub fn hash_first(&mut self, input: &[u8]) {
+        // SAFETY: input is input.len() readable bytes.
+        unsafe {
+            self.lib
+                .sym::<CalcHashFirst>(b"randomx_calculate_hash_first\0")(
+                self.ptr,
+                input.as_ptr() as *const c_void,
+                input.len(),
+            )
+        };
+    }
+
+    /// `randomx_calculate_hash_next`: finishes the pending hash and starts `next_input`.
+    pub fn hash_next(&mut self, next_input: &[u8]) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        // SAFETY: next_input is next_input.len() readable bytes, out is 32 writable bytes.
+        unsafe {
+            self.lib.sym::<CalcHash>(b"randomx_calculate_hash_next\0")(
+                self.ptr,
+                next_input.as_ptr() as *const c_void,
+                next_input.len(),
+                out.as_mut_ptr() as *mut c_void,
+            )
+        };
+        out
+    }
+
+    /// `randomx_calculate_hash_last`: finishes the pending hash.
+    pub fn hash_last(&mut self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        // SAFETY: out is 32 writable bytes.
+        unsafe {
+            self.lib
+                .sym::<CalcHashLast>(b"randomx_calculate_hash_last\0")(
+                self.ptr,
+                out.as_mut_ptr() as *mut c_void,
+            )
+        };
+        out
+    }
+
     pub fn hash(&mut self, input: &[u8]) -> [u8; 32] {
         let mut out = [0u8; 32];
         // SAFETY: input is input.len() readable bytes, out is 32 writable bytes.

@@ -62,6 +62,19 @@ fn random_keys_and_inputs_match_reference() {
                     }
                     let mut vm = Vm::light(ours, Version::V1).unwrap();
                     let mut pvm = lib.vm(flags, Some(&theirs), None).expect("reference vm");
+                    // The batch API on both sides (the fused scratchpad hash-and-refill).
+                    let batch: Vec<&Vec<u8>> = cases
+                        .iter()
+                        .filter(|(ck, _)| *ck == k)
+                        .map(|(_, i)| i)
+                        .take(3)
+                        .collect();
+                    vm.hash_first(batch[0]);
+                    pvm.hash_first(batch[0]);
+                    for next in &batch[1..] {
+                        assert_eq!(vm.hash_next(next).unwrap(), pvm.hash_next(next));
+                    }
+                    assert_eq!(vm.hash_last().unwrap(), pvm.hash_last());
                     for (_, input) in cases.iter().filter(|(ck, _)| *ck == k) {
                         assert_eq!(
                             hex::encode(vm.hash(input)),
