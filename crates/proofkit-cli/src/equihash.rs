@@ -7,7 +7,9 @@
 use crate::util::{decode_hex, emit, text_or_hex, CliResult, ExitCode};
 use proofkit_core::peak::{peak_rss_kb, UssSampler};
 use proofkit_core::report::Report;
-use proofkit_equihash::{minimal, nonce_from_int, solve, HashGen, Mode, Params, SolverConfig};
+use proofkit_equihash::{
+    minimal, nonce_from_int, solve, solve_in, HashGen, Mode, Params, SolverConfig, Workspace,
+};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -100,7 +102,7 @@ struct VerifyArgs {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// 200_9 or 144_5
+    /// N_K, e.g. 200_9, 144_5, 192_7
     #[arg(long, default_value = "200_9")]
     variant: String,
     #[arg(long, default_value_t = 10)]
@@ -242,6 +244,8 @@ fn run_child(a: ChildArgs) -> CliResult {
     let header = bench_header(a.seed);
     let sampler = UssSampler::start(Duration::from_millis(5));
     let mut total = 0usize;
+    // One workspace for the run, as a miner looping over nonces keeps its memory.
+    let mut ws = Workspace::default();
     let start = Instant::now();
     for i in 0..a.iters {
         let nonce = nonce_from_int(i as u128);
@@ -259,13 +263,14 @@ fn run_child(a: ChildArgs) -> CliResult {
                 other => return Err(format!("unknown mode {other}").into()),
             };
             let gen = HashGen::new(p, b"ZcashPoW", &header, &nonce)?;
-            solve(
+            solve_in(
                 &gen,
                 &SolverConfig {
                     mode,
                     threads: a.threads,
                     spill_dir: None,
                 },
+                &mut ws,
             )?
             .0
             .len()

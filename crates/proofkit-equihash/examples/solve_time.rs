@@ -1,6 +1,7 @@
 //! Times solves of (n, k) on the benchmark's instances: `cargo run --release --example
-//! solve_time -- N K ITERS THREADS MODE [HEIGHT]`.
-use proofkit_equihash::{nonce_from_int, solve, HashGen, Mode, Params, SolverConfig};
+//! solve_time -- N K ITERS THREADS MODE [HEIGHT]`
+//! (MODE full|pr|em, or peer for the equihash crate's (200,9) solver).
+use proofkit_equihash::{nonce_from_int, solve_in, HashGen, Mode, Params, SolverConfig, Workspace};
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -17,15 +18,25 @@ fn main() {
     let header = vec![0u8; 108];
     let t = std::time::Instant::now();
     let mut total = 0;
+    let mut ws = Workspace::default();
     for i in 0..iters {
+        if get(5, "full") == "peer" {
+            // The equihash crate's Tromp-derived solver, for side-by-side CPU time.
+            let mut next = Some(nonce_from_int(i as u128));
+            let n = equihash::tromp::solve_200_9(&header, || next.take()).len();
+            eprintln!("nonce {i}: {n} solutions (peer)");
+            total += n;
+            continue;
+        }
         let gen = HashGen::new(p, b"ZcashPoW", &header, &nonce_from_int(i as u128)).unwrap();
-        let (s, st) = solve(
+        let (s, st) = solve_in(
             &gen,
             &SolverConfig {
                 mode,
                 threads,
                 spill_dir: None,
             },
+            &mut ws,
         )
         .unwrap();
         eprintln!("nonce {i}: {} solutions {st:?}", s.len());

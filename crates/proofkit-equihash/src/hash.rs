@@ -3,9 +3,11 @@
 //! input || nonce || le32(i / (512/n)))`, where `pers` is 8 bytes (`ZcashPoW` by default;
 //! `BgoldPoW` and others for other coins).
 //!
-//! Two kernels produce the same bytes: [`Kernel::Portable`] hashes one block at a time and
-//! [`Kernel::Many`] hashes several blocks at once with `blake2b_simd::many` (4 lanes with AVX2).
-//! `PROOFKIT_FORCE_PORTABLE=1` forces the portable one.
+//! Three kernels produce the same bytes: [`Kernel::Portable`] hashes one block at a time,
+//! [`Kernel::Many`] hashes several blocks at once with `blake2b_simd::many` (4 lanes with AVX2)
+//! and [`Kernel::Prefix`] compresses the blocks shared by all messages once and the rest
+//! eight at a time with AVX-512F ([`crate::lanes`]). `PROOFKIT_FORCE_PORTABLE=1` forces the
+//! portable one.
 #![deny(unsafe_code)]
 
 use crate::params::Params;
@@ -28,13 +30,18 @@ pub enum Kernel {
     Portable,
     /// `blake2b_simd::many::hash_many` over batches of blocks.
     Many,
+    /// Shared prefix state, then 8 lanes with AVX-512F (one at a time without it).
+    Prefix,
 }
 
 impl Kernel {
-    /// The kernel to use on this machine: `Many` unless `PROOFKIT_FORCE_PORTABLE` is set.
+    /// The kernel to use on this machine: `Portable` when `PROOFKIT_FORCE_PORTABLE` is set,
+    /// else `Prefix` with AVX-512F, else `Many`.
     pub fn detect() -> Kernel {
         if proofkit_core::cpu::env_flag("PROOFKIT_FORCE_PORTABLE") {
             Kernel::Portable
+        } else if cfg!(target_arch = "x86_64") && proofkit_core::cpu::features().avx512f {
+            Kernel::Prefix
         } else {
             Kernel::Many
         }
@@ -49,6 +56,7 @@ pub struct HashGen {
     /// `input || nonce || le32(block)`; the last four bytes are rewritten per block.
     message: Vec<u8>,
     kernel: Kernel,
+    prefix: Option<crate::lanes::PrefixHasher>,
 }
 
 impl std::fmt::Debug for HashGen {
@@ -95,12 +103,21 @@ impl HashGen {
         let mut message = Vec::with_capacity(input.len() + nonce.len() + 4);
         message.extend_from_slice(input);
         message.extend_from_slice(nonce);
+        let prefix = (kernel == Kernel::Prefix).then(|| {
+            crate::lanes::PrefixHasher::new(
+                &personal,
+                params.hash_output_len(),
+                &message,
+                proofkit_core::cpu::env_flag("PROOFKIT_FORCE_PORTABLE"),
+            )
+        });
         message.extend_from_slice(&[0; 4]);
         Ok(HashGen {
             params,
             blake,
             message,
             kernel,
+            prefix,
         })
     }
 
@@ -140,6 +157,11 @@ impl HashGen {
                 }
             }
             Kernel::Many => self.blocks_many(first, out),
+            Kernel::Prefix => self
+                .prefix
+                .as_ref()
+                .expect("the Prefix kernel has its hasher")
+                .hash_blocks(first, out),
         }
     }
 
@@ -202,14 +224,15 @@ mod tests {
             for input in [&b""[..], b"block header", &[7u8; 140][..], &[1u8; 300][..]] {
                 let a = HashGen::with_kernel(p, b"ZcashPoW", input, &[3; 32], Kernel::Portable)
                     .unwrap();
-                let b =
-                    HashGen::with_kernel(p, b"ZcashPoW", input, &[3; 32], Kernel::Many).unwrap();
-                for first in [0u32, 1, 15, 1000, u32::MAX - 40] {
-                    let mut x = vec![[0u8; BLOCK_BYTES]; 37];
-                    let mut y = vec![[0u8; BLOCK_BYTES]; 37];
-                    a.blocks(first, &mut x);
-                    b.blocks(first, &mut y);
-                    assert_eq!(x, y, "({n},{k}) first {first}");
+                for kernel in [Kernel::Many, Kernel::Prefix] {
+                    let b = HashGen::with_kernel(p, b"ZcashPoW", input, &[3; 32], kernel).unwrap();
+                    for first in [0u32, 1, 15, 1000, u32::MAX - 40] {
+                        let mut x = vec![[0u8; BLOCK_BYTES]; 37];
+                        let mut y = vec![[0u8; BLOCK_BYTES]; 37];
+                        a.blocks(first, &mut x);
+                        b.blocks(first, &mut y);
+                        assert_eq!(x, y, "({n},{k}) first {first} {kernel:?}");
+                    }
                 }
             }
         }

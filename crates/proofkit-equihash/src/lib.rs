@@ -6,13 +6,17 @@
 //! * [`minimal`]: the minimal (packed) solution encoding;
 //! * [`verify`]: the verifier, with one error kind per broken rule;
 //! * [`solver`]: a multi-threaded Wagner solver finding every solution, with `full`, `pr`
-//!   (post-retrieval, CIP-PR/APR) and `em` (external memory) index-pointer modes;
+//!   (post-retrieval, CIP-PR/APR) and `em` (external memory) index-pointer modes; `full` runs
+//!   the fast path (`fast`: index pointers inside two alternating heaps) where it has a plan;
+//! * [`lanes`]: BLAKE2b with a shared prefix state, 8 messages per AVX-512 instruction stream;
 //! * [`spill`]: the `em` mode's temporary table file.
 //!
 //! The memory modes follow "Memory Optimizations of Wagner's Algorithm with Applications to
 //! Equihash" (IACR ePrint 2025/2141).
 
+pub(crate) mod fast;
 pub mod hash;
+pub mod lanes;
 pub mod minimal;
 pub mod params;
 pub mod reference;
@@ -22,7 +26,7 @@ pub mod verify;
 
 pub use hash::{HashGen, Kernel, ZCASH_PERSONALIZATION};
 pub use params::{Params, ParamsError};
-pub use solver::{solve, Mode, SolveError, SolveStats, SolverConfig};
+pub use solver::{solve, solve_in, Mode, SolveError, SolveStats, SolverConfig, Workspace};
 pub use verify::{verify_indices, verify_minimal, ErrorKind, VerifyError};
 
 /// The 32-byte nonce whose little-endian value is `v` (the vectors' `nonce_int`).

@@ -38,17 +38,17 @@ impl Params {
         if !(8..=512).contains(&n) {
             return Err(ParamsError::BadN(n));
         }
-        if n % 8 != 0 {
+        if !n.is_multiple_of(8) {
             return Err(ParamsError::NotByteMultiple(n));
         }
-        if n % (k + 1) != 0 {
+        if !n.is_multiple_of(k + 1) {
             return Err(ParamsError::NotDigitMultiple { n, k });
         }
         let bits = n / (k + 1) + 1;
         if bits > 32 {
             return Err(ParamsError::IndexTooWide(bits));
         }
-        if ((1u64 << k) * bits as u64) % 8 != 0 {
+        if !((1u64 << k) * bits as u64).is_multiple_of(8) {
             return Err(ParamsError::NotByteAligned { k, bits });
         }
         Ok(Params { n, k })

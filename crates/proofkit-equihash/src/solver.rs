@@ -104,6 +104,10 @@ pub struct SolveStats {
     pub recomputed_steps: usize,
     /// Layers re-run with a larger bucket capacity after an overflow.
     pub capacity_retries: usize,
+    /// The solve ran on the fast path ([`crate::fast`]).
+    pub fast_path: bool,
+    /// The fast path overflowed a bucket region and the general solver ran instead.
+    pub fast_overflow: bool,
 }
 
 /// An index-pointer table: one entry per slot of a layer, 4 or 8 bytes wide, in a large-page
@@ -245,7 +249,23 @@ fn initial_cap(expected: usize, threads: usize, nb: usize) -> usize {
 
 /// Finds every solution; see [`Solver`].
 pub fn solve(gen: &HashGen, cfg: &SolverConfig) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
-    Solver::new(gen, cfg.clone())?.run()
+    solve_in(gen, cfg, &mut Workspace::default())
+}
+
+/// As [`solve`], keeping the fast path's memory in `ws` for the next solve (a loop over
+/// nonces then maps and faults in its ~135 MB for (200,9) once, not per nonce).
+pub fn solve_in(
+    gen: &HashGen,
+    cfg: &SolverConfig,
+    ws: &mut Workspace,
+) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
+    Solver::new(gen, cfg.clone())?.run_in(ws)
+}
+
+/// Memory kept between solves (see [`solve_in`]); empty until the first solve.
+#[derive(Default)]
+pub struct Workspace {
+    heaps: Option<[LargeBuffer; 2]>,
 }
 
 impl<'a> Solver<'a> {
@@ -685,7 +705,26 @@ impl<'a> Solver<'a> {
     }
 
     pub fn run(&self) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
+        self.run_in(&mut Workspace::default())
+    }
+
+    /// [`Solver::run`] with memory kept in `ws` between solves.
+    pub fn run_in(&self, ws: &mut Workspace) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
         let mut stats = SolveStats::default();
+        if self.cfg.mode == Mode::Full {
+            if let Some(plan) = crate::fast::Plan::new(self.gen.params(), self.cfg.threads) {
+                match crate::fast::solve(self.gen, &plan, &mut ws.heaps) {
+                    Some((cands, rows)) => {
+                        stats.fast_path = true;
+                        stats.layer_rows = rows;
+                        stats.candidates = cands.len();
+                        let sols = finish(cands, &mut stats);
+                        return Ok((sols, stats));
+                    }
+                    None => stats.fast_overflow = true,
+                }
+            }
+        }
         let k = self.k;
         let mut spill = match self.cfg.mode {
             Mode::Em => Some(SpillFile::create(self.cfg.spill_dir.as_deref())?),
@@ -763,22 +802,32 @@ impl<'a> Solver<'a> {
             }
         }
         let len = 1usize << k;
-        let mut sols = Vec::new();
-        for cand in nodes.chunks(len) {
-            let mut idx: Vec<u32> = cand.iter().map(|&v| v as u32).collect();
-            canonicalize(&mut idx);
-            let mut sorted = idx.clone();
-            sorted.sort_unstable();
-            if sorted.windows(2).any(|w| w[0] == w[1]) {
-                stats.duplicate_rejected += 1;
-                continue;
-            }
-            sols.push(idx);
-        }
-        sols.sort_unstable();
-        sols.dedup();
+        let cands = nodes
+            .chunks(len)
+            .map(|cand| cand.iter().map(|&v| v as u32).collect())
+            .collect();
+        let sols = finish(cands, &mut stats);
         Ok((sols, stats))
     }
+}
+
+/// Candidates (index lists in tree order) to solutions: canonical order, distinct indices,
+/// sorted and without repeats.
+pub(crate) fn finish(cands: Vec<Vec<u32>>, stats: &mut SolveStats) -> Vec<Vec<u32>> {
+    let mut sols = Vec::new();
+    for mut idx in cands {
+        canonicalize(&mut idx);
+        let mut sorted = idx.clone();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            stats.duplicate_rejected += 1;
+            continue;
+        }
+        sols.push(idx);
+    }
+    sols.sort_unstable();
+    sols.dedup();
+    sols
 }
 
 enum Stored {

@@ -4,7 +4,8 @@
 //! exactly its solutions). Also: every memory mode and thread count gives the same set.
 
 use proofkit_equihash::{
-    minimal, nonce_from_int, reference, solve, verify_minimal, HashGen, Mode, Params, SolverConfig,
+    minimal, nonce_from_int, reference, solve, solve_in, verify_minimal, HashGen, Mode, Params,
+    SolverConfig, Workspace,
 };
 use rand::{Rng, SeedableRng};
 
@@ -131,7 +132,8 @@ fn modes_agree_on_200_9() {
     let input = b"block header";
     let nonce = nonce_from_int(0);
     let gen = HashGen::new(p, b"ZcashPoW", input, &nonce).unwrap();
-    let (base, _) = solve(&gen, &cfg(Mode::Full, 2)).unwrap();
+    let (base, stats) = solve(&gen, &cfg(Mode::Full, 2)).unwrap();
+    assert!(stats.fast_path && !stats.fast_overflow, "{stats:?}");
     for s in &base {
         equihash::is_valid_solution(200, 9, input, &nonce, &minimal::encode(p, s).unwrap())
             .unwrap();
@@ -148,6 +150,27 @@ fn modes_agree_on_200_9() {
             c.mode,
             c.threads
         );
+    }
+}
+
+/// The `full` mode takes the fast path for the parameter sets it has a plan for, and a
+/// workspace reused across nonces (stale heap contents) gives exactly the fresh results.
+#[test]
+fn fast_path_and_reused_workspace() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    for (n, k) in [(96u32, 5u32), (48, 5)] {
+        let p = Params::new(n, k).unwrap();
+        for threads in [1, 2] {
+            let mut ws = Workspace::default();
+            for _ in 0..6 {
+                let (input, nonce) = random_instance(&mut rng);
+                let gen = HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
+                let (fresh, stats) = solve(&gen, &cfg(Mode::Full, threads)).unwrap();
+                assert!(stats.fast_path, "({n},{k}) {stats:?}");
+                let (reused, _) = solve_in(&gen, &cfg(Mode::Full, threads), &mut ws).unwrap();
+                assert_eq!(reused, fresh, "({n},{k}) threads {threads}");
+            }
+        }
     }
 }
 

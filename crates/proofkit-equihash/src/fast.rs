@@ -1,0 +1,862 @@
+//! The fast path of the `full` mode: a Wagner solver whose index pointers live inside the
+//! slots of two alternating heaps, so that memory is two layers of rows and nothing else.
+//!
+//! Facts taken from Tromp's solvers (tromp/equihash, `equi_miner.h`), implemented anew:
+//! rows of layer `r` live in heap `r % 2`, bucketed by the leading `B` bits of digit `r`;
+//! a slot holds the row's remaining hash bits at its start and the tree words (pair codes) of
+//! the layers stored in that heap at its end, one word per layer, growing leftwards. A heap's
+//! slot stride is the largest `hash words + 1 + r/2` over its layers ([`Plan::new`]), so
+//! writing layer `r + 2` never overwrites the tree words of layers `r, r - 2, ...` (rows
+//! shrink by `2c` bits every two layers, so the stride is that of layer 0 or 1 in practice):
+//!
+//! ```text
+//!  slot of heap 0 for (200,9):  layer 0: h h h h h h t0
+//!                               layer 2: h h h h h t2 t0
+//!                               layer 4: h h h h t4 t2 t0
+//!  tree word (layer r >= 1): bucket of the pair (B bits) | pair(slot a, slot b)
+//!  pair(a, b) = b(b-1)/2 + a for a < b (Cantor's pairing, so that 2 slot ids of S values
+//!  take about 2 log2 S - 1 bits); layer 0: the string index
+//! ```
+//!
+//! Heaps are split by thread: thread `t` owns slots `[t*cap, (t+1)*cap)` of every bucket (as
+//! one contiguous region), so threads write without atomics; a bucket's slot id is
+//! `t*cap + s`. Rows past a region's capacity go to the layer's overflow store, named by the
+//! slot ids left above `threads*cap` that pair codes can still hold; only when those run out
+//! does [`solve`] return `None` (the caller then runs the general solver; nothing is ever
+//! dropped). Parameters whose pair codes do not fit 32 bits have no plan and use the general
+//! solver.
+//!
+//! As in the general solver, every pair of a collision group is merged (3-way and larger
+//! collisions give all their trees) and pairs of identical rows (XOR zero on every remaining
+//! bit) are not kept.
+#![deny(unsafe_code)]
+
+use crate::hash::{HashGen, BLOCK_BYTES};
+use proofkit_core::memory::{LargeBuffer, PagePolicy};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Rest bits (chain heads per bucket: `2^R`) at most this.
+const MAX_REST_BITS: u32 = 10;
+/// Hash words per row at most this (n - B <= 256).
+const MAX_WORDS: usize = 8;
+const NIL: u16 = u16::MAX;
+
+/// Geometry of one solve.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    n: u32,
+    k: u32,
+    c: u32,
+    /// Bucket bits B.
+    bb: u32,
+    /// Rest bits R = c - B.
+    rb: u32,
+    threads: usize,
+    /// Slots per (thread, bucket) region of a heap.
+    cap: usize,
+    /// Overflow slot ids per (thread, bucket): ids `spb + t*extra ..` name rows kept in the
+    /// layer's overflow store.
+    extra: usize,
+    /// Hash words of layer r's rows (bits `[r*c + B, n)`).
+    hw: Vec<usize>,
+    /// Slot stride (u32 words) of heap 0 and heap 1.
+    sw: [usize; 2],
+}
+
+fn pair_code(a: usize, b: usize) -> u32 {
+    debug_assert!(a < b);
+    (b * (b - 1) / 2 + a) as u32
+}
+
+fn pair_decode(code: u32) -> (usize, usize) {
+    let code = code as u64;
+    // b = floor((1 + sqrt(1 + 8 code)) / 2), corrected for float rounding.
+    let mut b = ((1.0 + (1.0 + 8.0 * code as f64).sqrt()) / 2.0) as u64;
+    while b > 1 && b * (b - 1) / 2 > code {
+        b -= 1;
+    }
+    while (b + 1) * b / 2 <= code {
+        b += 1;
+    }
+    ((code - b * (b - 1) / 2) as usize, b as usize)
+}
+
+impl Plan {
+    /// The plan for `(n, k)` with `threads` threads, or `None` when the pair codes would not
+    /// fit 32 bits or rows are too long for the fast path.
+    pub(crate) fn new(p: crate::Params, threads: usize) -> Option<Plan> {
+        let (n, k, c) = (p.n(), p.k(), p.collision_bits());
+        if k < 2 || threads == 0 || threads > 64 || c + 1 > 32 {
+            return None;
+        }
+        // The fewest buckets (most rows per bucket) whose pair codes still fit 32 bits.
+        for bb in c.saturating_sub(MAX_REST_BITS)..c {
+            let rb = c - bb;
+            let m = (1u64 << (c + 1 - bb)) as f64 / threads as f64;
+            // The heap holds the first layers (which grow by well under 1%) with 4 standard
+            // deviations of margin; the top layers grow by up to ~20% for (200,9) (each
+            // layer's excess roughly doubles) and spill their short rows to the overflow store.
+            let cap = (m + 4.0 * m.sqrt() + 4.0).ceil() as usize;
+            let spb = threads * cap;
+            // Slot ids S whose pairs fit the 32 - B bits left by the bucket.
+            let pair_space = 1u64 << (32 - bb);
+            let max_ids = (((1.0 + (1.0 + 8.0 * pair_space as f64).sqrt()) / 2.0) as u64)
+                .saturating_sub(1)
+                .min(NIL as u64 - 1) as usize;
+            if max_ids <= spb {
+                continue;
+            }
+            let extra = (max_ids - spb) / threads;
+            if (extra as f64) < 0.2 * m + 5.0 * m.sqrt() {
+                continue;
+            }
+            let hw: Vec<usize> = (0..k)
+                .map(|r| ((n - r * c - bb) as usize).div_ceil(32))
+                .collect();
+            if hw[0] > MAX_WORDS {
+                return None;
+            }
+            let mut sw = [0usize; 2];
+            for (r, &h) in hw.iter().enumerate() {
+                sw[r % 2] = sw[r % 2].max(h + 1 + r / 2);
+            }
+            return Some(Plan {
+                n,
+                k,
+                c,
+                bb,
+                rb,
+                threads,
+                cap,
+                extra,
+                hw,
+                sw,
+            });
+        }
+        None
+    }
+
+    fn nb(&self) -> usize {
+        1 << self.bb
+    }
+
+    /// Heap slot ids per bucket.
+    fn spb(&self) -> usize {
+        self.threads * self.cap
+    }
+
+    /// All slot ids per bucket (heap and overflow).
+    fn ids(&self) -> usize {
+        self.spb() + self.threads * self.extra
+    }
+
+    /// Slots per heap.
+    fn slots(&self) -> usize {
+        self.nb() * self.spb()
+    }
+
+    /// Heap bytes in all.
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        self.slots() * (self.sw[0] + self.sw[1]) * 4
+    }
+
+    /// Slot index of (bucket, heap id): regions are thread-major.
+    #[inline]
+    fn slot(&self, b: usize, id: usize) -> usize {
+        let (t, s) = (id / self.cap, id % self.cap);
+        (t * self.nb() + b) * self.cap + s
+    }
+
+    /// Word of layer `r`'s tree inside a slot.
+    #[inline]
+    fn tree_word(&self, r: u32) -> usize {
+        self.sw[(r % 2) as usize] - 1 - (r / 2) as usize
+    }
+}
+
+/// Rows of one layer and thread past their region's capacity: records of
+/// `[bucket, id, tree, hash words...]`, sorted by bucket once the layer is complete.
+#[derive(Default)]
+struct Overflow {
+    stride: usize,
+    recs: Vec<u32>,
+    /// Record ranges per bucket (`nb + 1` entries) once sorted.
+    offs: Vec<u32>,
+}
+
+impl Overflow {
+    fn new(hw: usize) -> Self {
+        Overflow {
+            stride: 3 + hw,
+            ..Default::default()
+        }
+    }
+
+    fn push(&mut self, b: usize, id: usize, tree: u32, words: &[u32]) {
+        self.recs.push(b as u32);
+        self.recs.push(id as u32);
+        self.recs.push(tree);
+        self.recs.extend_from_slice(words);
+    }
+
+    /// Counting sort of the records by bucket.
+    fn sort(&mut self, nb: usize) {
+        let st = self.stride;
+        let n = self.recs.len() / st;
+        let mut offs = vec![0u32; nb + 1];
+        for i in 0..n {
+            offs[self.recs[i * st] as usize + 1] += 1;
+        }
+        for b in 0..nb {
+            offs[b + 1] += offs[b];
+        }
+        let mut fill = offs.clone();
+        let mut sorted = vec![0u32; self.recs.len()];
+        for i in 0..n {
+            let b = self.recs[i * st] as usize;
+            let at = fill[b] as usize;
+            fill[b] += 1;
+            sorted[at * st..(at + 1) * st].copy_from_slice(&self.recs[i * st..(i + 1) * st]);
+        }
+        self.recs = sorted;
+        self.offs = offs;
+    }
+
+    /// Records of bucket `b`.
+    fn bucket(&self, b: usize) -> impl Iterator<Item = &[u32]> {
+        let st = self.stride;
+        let (lo, hi) = if self.offs.is_empty() {
+            (0, 0)
+        } else {
+            (self.offs[b] as usize, self.offs[b + 1] as usize)
+        };
+        self.recs[lo * st..hi * st].chunks_exact(st)
+    }
+}
+
+/// The two heaps, the per-thread counts of the current layer and every layer's overflow.
+struct Heaps {
+    heap: [LargeBuffer; 2],
+    /// counts[t][b]: rows (heap and overflow) of thread t in bucket b of the current layer.
+    counts: Vec<Vec<u32>>,
+    /// overflow[r][t].
+    overflow: Vec<Vec<Overflow>>,
+}
+
+/// Pair codes of the final step: (bucket, slot id a, slot id b) at layer k-1.
+type Candidate = (u32, u16, u16);
+
+/// Solves with `plan`; `None` when more rows than the slot ids can name fell in one bucket
+/// (the caller runs the general solver). Returns the candidates as index lists in tree order
+/// (not yet canonical or checked), and the rows of each layer.
+pub(crate) fn solve(
+    gen: &HashGen,
+    plan: &Plan,
+    keep: &mut Option<[LargeBuffer; 2]>,
+) -> Option<(Vec<Vec<u32>>, Vec<usize>)> {
+    let slots = plan.slots();
+    let need = [slots * plan.sw[0] * 4, slots * plan.sw[1] * 4];
+    // Heaps of an earlier solve are reused as they are: only slots below a region's count
+    // are ever read, so stale contents do not matter.
+    let heap = match keep.take() {
+        Some([a, b]) if a.len() >= need[0] && b.len() >= need[1] => [a, b],
+        _ => need.map(|bytes| {
+            LargeBuffer::new(bytes.max(4), PagePolicy::Transparent)
+                .expect("cannot map solver memory")
+        }),
+    };
+    solve_with(gen, plan, heap, keep)
+}
+
+fn solve_with(
+    gen: &HashGen,
+    plan: &Plan,
+    heap: [LargeBuffer; 2],
+    keep: &mut Option<[LargeBuffer; 2]>,
+) -> Option<(Vec<Vec<u32>>, Vec<usize>)> {
+    let mut h = Heaps {
+        heap,
+        counts: vec![vec![0u32; plan.nb()]; plan.threads],
+        overflow: Vec::with_capacity(plan.k as usize),
+    };
+    let mut rows = Vec::with_capacity(plan.k as usize);
+    if !layer0(gen, plan, &mut h) {
+        return None;
+    }
+    for r in 0..plan.k - 1 {
+        rows.push(h.counts.iter().flatten().map(|&c| c as usize).sum());
+        if !step(plan, &mut h, r) {
+            return None;
+        }
+    }
+    rows.push(h.counts.iter().flatten().map(|&c| c as usize).sum());
+    let cands = final_step(plan, &h);
+    let mut out = Vec::with_capacity(cands.len());
+    for (b, a, c) in cands {
+        let mut idx = Vec::with_capacity(1 << plan.k);
+        let r = plan.k - 1;
+        expand(plan, &h, r, b as usize, a as usize, &mut idx);
+        expand(plan, &h, r, b as usize, c as usize, &mut idx);
+        out.push(idx);
+    }
+    *keep = Some(h.heap);
+    Some((out, rows))
+}
+
+/// The tree word of slot id `id` of bucket `b` at layer `r`.
+fn tree_of(plan: &Plan, h: &Heaps, r: u32, b: usize, id: usize) -> u32 {
+    if id < plan.spb() {
+        let heap = h.heap[(r % 2) as usize].as_u32_slice();
+        let sw = plan.sw[(r % 2) as usize];
+        return heap[plan.slot(b, id) * sw + plan.tree_word(r)];
+    }
+    let t = (id - plan.spb()) / plan.extra;
+    h.overflow[r as usize][t]
+        .bucket(b)
+        .find(|rec| rec[1] as usize == id)
+        .map(|rec| rec[2])
+        .expect("every overflow id names a stored row")
+}
+
+/// Appends the leaf indices under slot id `id` of bucket `b` at layer `r`, in tree order.
+fn expand(plan: &Plan, h: &Heaps, r: u32, b: usize, id: usize, out: &mut Vec<u32>) {
+    let tree = tree_of(plan, h, r, b, id);
+    if r == 0 {
+        out.push(tree);
+        return;
+    }
+    let pair_bits = 32 - plan.bb;
+    let pb = if plan.bb == 0 {
+        0
+    } else {
+        (tree >> pair_bits) as usize
+    };
+    let (a, c) = pair_decode(if pair_bits == 32 {
+        tree
+    } else {
+        tree & ((1u32 << pair_bits) - 1)
+    });
+    expand(plan, h, r - 1, pb, a, out);
+    expand(plan, h, r - 1, pb, c, out);
+}
+
+/// Runs `work(t, region_t, counts_t, overflow_t)` on each thread's region of `heap`.
+fn per_thread<F>(
+    plan: &Plan,
+    heap: &mut [u32],
+    counts: &mut [Vec<u32>],
+    ovf: &mut [Overflow],
+    work: F,
+) where
+    F: Fn(usize, &mut [u32], &mut [u32], &mut Overflow) + Sync,
+{
+    let th = plan.threads;
+    let per = heap.len() / th;
+    if th == 1 {
+        work(0, heap, &mut counts[0], &mut ovf[0]);
+        return;
+    }
+    std::thread::scope(|s| {
+        let work = &work;
+        let mut it = heap
+            .chunks_mut(per)
+            .zip(counts.iter_mut())
+            .zip(ovf.iter_mut())
+            .enumerate();
+        let (t0, ((r0, c0), o0)) = it.next().expect("at least one thread");
+        for (t, ((r, c), o)) in it {
+            s.spawn(move || work(t, r, c, o));
+        }
+        work(t0, r0, c0, o0);
+    });
+}
+
+/// Layer 0: every string, bucketed by its first B bits; the tree word is the index.
+fn layer0(gen: &HashGen, plan: &Plan, h: &mut Heaps) -> bool {
+    let p = gen.params();
+    let blocks = gen.num_blocks() as usize;
+    let th = plan.threads;
+    let region_words = plan.nb() * plan.cap * plan.sw[0];
+    let heap = &mut h.heap[0].as_u32_slice_mut()[..th * region_words];
+    let ok = AtomicBool::new(true);
+    let mut ovf: Vec<Overflow> = (0..th).map(|_| Overflow::new(plan.hw[0])).collect();
+    per_thread(
+        plan,
+        heap,
+        &mut h.counts,
+        &mut ovf,
+        |t, region, counts, ovf| {
+            counts.fill(0);
+            let range = t * blocks / th..(t + 1) * blocks / th;
+            // (200,9)'s widths as constants (the bit extraction then uses immediate shifts).
+            let fill = match (plan.bb, plan.hw[0]) {
+                (10, 6) => fill_layer0::<10, 6, true>,
+                _ => fill_layer0::<0, 0, false>,
+            };
+            if !fill(gen, plan, p, t, range, region, counts, ovf) {
+                ok.store(false, Ordering::Relaxed);
+            }
+            ovf.sort(plan.nb());
+        },
+    );
+    h.overflow.push(ovf);
+    ok.into_inner()
+}
+
+/// Where a new row of bucket `b` goes: `Ok(slot)` in the region, `Err(Some(id))` to the
+/// overflow store under that slot id, `Err(None)` when the ids are exhausted.
+#[inline]
+fn place(plan: &Plan, t: usize, counts: &mut [u32], b: usize) -> Result<usize, Option<usize>> {
+    let slot = counts[b] as usize;
+    counts[b] += 1;
+    if slot < plan.cap {
+        return Ok(slot);
+    }
+    let j = slot - plan.cap;
+    if j < plan.extra {
+        Err(Some(plan.spb() + t * plan.extra + j))
+    } else {
+        Err(None)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
+    gen: &HashGen,
+    plan: &Plan,
+    p: crate::Params,
+    t: usize,
+    blocks: std::ops::Range<usize>,
+    region: &mut [u32],
+    counts: &mut [u32],
+    ovf: &mut Overflow,
+) -> bool {
+    let per = p.indices_per_hash() as usize;
+    let sl = p.string_len();
+    let sw = plan.sw[0];
+    let (bb, hw) = if SPEC {
+        (BB, HW)
+    } else {
+        (plan.bb, plan.hw[0])
+    };
+    let tw = plan.tree_word(0);
+    let cap = plan.cap;
+    let row_bits = plan.n - bb;
+    let last_mask = if row_bits.is_multiple_of(32) {
+        u32::MAX
+    } else {
+        u32::MAX << (32 - row_bits % 32)
+    };
+    const BATCH: usize = 64;
+    let mut buf = vec![[0u8; BLOCK_BYTES]; BATCH];
+    let mut padded = [0u8; BLOCK_BYTES + 48];
+    let mut ok = true;
+    let mut g = blocks.start;
+    let total = p.num_indices();
+    let mut words = [0u32; MAX_WORDS];
+    while g < blocks.end {
+        let m = (blocks.end - g).min(BATCH);
+        gen.blocks(g as u32, &mut buf[..m]);
+        for (j, blk) in buf[..m].iter().enumerate() {
+            padded[..BLOCK_BYTES].copy_from_slice(blk);
+            for s in 0..per {
+                let index = ((g + j) * per + s) as u64;
+                if index >= total {
+                    break;
+                }
+                let str_bytes = &padded[s * sl..s * sl + 48];
+                let mut q = [0u64; 7];
+                for (i, v) in q[..6].iter_mut().enumerate() {
+                    *v = u64::from_be_bytes(str_bytes[8 * i..8 * i + 8].try_into().expect("8"));
+                }
+                let b = if bb == 0 {
+                    0
+                } else {
+                    (q[0] >> (64 - bb)) as usize
+                };
+                for (w, d) in words[..hw].iter_mut().enumerate() {
+                    let bit = bb as usize + 32 * w;
+                    let (i, off) = (bit / 64, bit % 64);
+                    let v = if off == 0 {
+                        q[i]
+                    } else {
+                        (q[i] << off) | (q[i + 1] >> (64 - off))
+                    };
+                    *d = (v >> 32) as u32;
+                }
+                // Bits past n in the last word come from the next string or the padding.
+                words[hw - 1] &= last_mask;
+                match place(plan, t, counts, b) {
+                    Ok(slot) => {
+                        let at = (b * cap + slot) * sw;
+                        let dst = &mut region[at..at + sw];
+                        dst[..hw].copy_from_slice(&words[..hw]);
+                        dst[tw] = index as u32;
+                    }
+                    Err(Some(id)) => ovf.push(b, id, index as u32, &words[..hw]),
+                    Err(None) => ok = false,
+                }
+            }
+        }
+        g += m;
+    }
+    ok
+}
+
+/// Step `r`: merges colliding rows of layer `r` (heap `r%2`) into layer `r+1` (the other).
+fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
+    let (wi, wo) = (plan.hw[r as usize], plan.hw[r as usize + 1]);
+    let [h0, h1] = &mut h.heap;
+    let (inp, out) = if r.is_multiple_of(2) {
+        (&*h0, h1)
+    } else {
+        (&*h1, h0)
+    };
+    let inp = inp.as_u32_slice();
+    let counts_in = h.counts.clone();
+    let so = plan.sw[((r + 1) % 2) as usize];
+    let region_words = plan.nb() * plan.cap * so;
+    let out = &mut out.as_u32_slice_mut()[..plan.threads * region_words];
+    let ok = AtomicBool::new(true);
+    let ovf_in = &h.overflow[r as usize];
+    let mut ovf: Vec<Overflow> = (0..plan.threads).map(|_| Overflow::new(wo)).collect();
+    let mut run = |f: MergeFn| {
+        per_thread(
+            plan,
+            out,
+            &mut h.counts,
+            &mut ovf,
+            |t, region, counts, o| {
+                let ins = Input {
+                    plan,
+                    r,
+                    heap: inp,
+                    counts: &counts_in,
+                    ovf: ovf_in,
+                };
+                if !f(&ins, t, region, counts, o) {
+                    ok.store(false, Ordering::Relaxed);
+                }
+                o.sort(plan.nb());
+            },
+        )
+    };
+    // Digit and bucket widths as constants for the named parameter sets (the shifts then
+    // compile to immediates), read from the plan otherwise.
+    macro_rules! go {
+        ($(($c:literal $b:literal): $($i:literal $o:literal),*;)*) => {
+            match (plan.c, plan.bb, wi, wo) {
+                $($(($c, $b, $i, $o) => run(merge::<$i, $o, $c, $b, true>),)*)*
+                (_, _, 1, 1) => run(merge::<1, 1, 0, 0, false>),
+                (_, _, 2, 1) => run(merge::<2, 1, 0, 0, false>),
+                (_, _, 2, 2) => run(merge::<2, 2, 0, 0, false>),
+                (_, _, 3, 2) => run(merge::<3, 2, 0, 0, false>),
+                (_, _, 3, 3) => run(merge::<3, 3, 0, 0, false>),
+                (_, _, 4, 3) => run(merge::<4, 3, 0, 0, false>),
+                (_, _, 4, 4) => run(merge::<4, 4, 0, 0, false>),
+                (_, _, 5, 4) => run(merge::<5, 4, 0, 0, false>),
+                (_, _, 5, 5) => run(merge::<5, 5, 0, 0, false>),
+                (_, _, 6, 5) => run(merge::<6, 5, 0, 0, false>),
+                (_, _, 6, 6) => run(merge::<6, 6, 0, 0, false>),
+                (_, _, 7, 6) => run(merge::<7, 6, 0, 0, false>),
+                (_, _, 7, 7) => run(merge::<7, 7, 0, 0, false>),
+                (_, _, 8, 7) => run(merge::<8, 7, 0, 0, false>),
+                (_, _, 8, 8) => run(merge::<8, 8, 0, 0, false>),
+                _ => unreachable!("Plan::new limits rows to {MAX_WORDS} words"),
+            }
+        };
+    }
+    go!(
+        (20 10): 6 6, 6 5, 5 5, 5 4, 4 4, 4 3, 3 3, 3 2, 2 2, 2 1, 1 1;
+        (16 6): 3 3, 3 2, 2 2, 2 1, 1 1;
+        (8 0): 2 2, 2 1, 1 1;
+    );
+    h.overflow.push(ovf);
+    ok.into_inner()
+}
+
+/// Buckets of thread `t`.
+fn bucket_range(plan: &Plan, t: usize) -> std::ops::Range<usize> {
+    let (nb, th) = (plan.nb(), plan.threads);
+    (t * nb / th)..((t + 1) * nb / th)
+}
+
+/// One layer as input of a step.
+struct Input<'a> {
+    plan: &'a Plan,
+    r: u32,
+    heap: &'a [u32],
+    counts: &'a [Vec<u32>],
+    ovf: &'a [Overflow],
+}
+
+/// Marks a `loc` entry as an offset into the bucket's copy of its overflow rows.
+const IN_OVERFLOW: u32 = 1 << 31;
+
+/// Lists the rows of bucket `b` in increasing slot id: heap rows, then the overflow rows,
+/// copied to `ovf_rows` (`W` words each). Each entry is `(id, loc)`, `loc` the row's word
+/// offset in the heap or `IN_OVERFLOW | offset` in `ovf_rows`.
+fn rows_of<const W: usize>(
+    ins: &Input,
+    b: usize,
+    items: &mut Vec<(u32, u32)>,
+    ovf_rows: &mut Vec<u32>,
+) {
+    let plan = ins.plan;
+    let si = plan.sw[(ins.r % 2) as usize];
+    let (cap, nb) = (plan.cap, plan.nb());
+    items.clear();
+    ovf_rows.clear();
+    for tt in 0..plan.threads {
+        let cnt = (ins.counts[tt][b] as usize).min(cap);
+        let base = (tt * nb + b) * cap;
+        items.extend((0..cnt).map(|s| ((tt * cap + s) as u32, ((base + s) * si) as u32)));
+    }
+    for o in ins.ovf {
+        for rec in o.bucket(b) {
+            let at = ovf_rows.len();
+            ovf_rows.extend_from_slice(&rec[3..3 + W]);
+            items.push((rec[1], IN_OVERFLOW | at as u32));
+        }
+    }
+}
+
+#[inline(always)]
+fn row_at<const W: usize>(heap: &[u32], ovf_rows: &[u32], loc: u32) -> [u32; W] {
+    let src = if loc & IN_OVERFLOW == 0 {
+        &heap[loc as usize..loc as usize + W]
+    } else {
+        let l = (loc & !IN_OVERFLOW) as usize;
+        &ovf_rows[l..l + W]
+    };
+    src.try_into().expect("W words")
+}
+
+type MergeFn = fn(&Input, usize, &mut [u32], &mut [u32], &mut Overflow) -> bool;
+
+/// Merges thread `t`'s buckets of layer `r` into its region of layer `r + 1` (`SPEC`: the
+/// digit bits `C` and bucket bits `BB` are those of the plan).
+fn merge<const WI: usize, const WO: usize, const C: u32, const BB: u32, const SPEC: bool>(
+    ins: &Input,
+    t: usize,
+    region: &mut [u32],
+    counts: &mut [u32],
+    ovf_out: &mut Overflow,
+) -> bool {
+    let plan = ins.plan;
+    counts.fill(0);
+    let so = plan.sw[((ins.r + 1) % 2) as usize];
+    let tw = plan.tree_word(ins.r + 1);
+    let (c, bb) = if SPEC { (C, BB) } else { (plan.c, plan.bb) };
+    let (rb, cap) = (c - bb, plan.cap as u32);
+    let pair_bits = 32 - bb;
+    let mut heads = vec![NIL; 1 << rb];
+    let mut next = vec![NIL; plan.ids()];
+    let mut loc = vec![0u32; plan.ids()];
+    let mut items = Vec::with_capacity(plan.ids());
+    let mut ovf_rows = Vec::new();
+    let mut ok = true;
+    let heap = ins.heap;
+    // Shifts of the output bucket bits and the next row out of the XOR.
+    let ob_shift = 32 - bb.max(1);
+    let (cs, cr) = (c, 32 - c);
+    let si = plan.sw[(ins.r % 2) as usize];
+    let nb = plan.nb();
+    for b in bucket_range(plan, t) {
+        heads.fill(NIL);
+        let bucket_tag = if bb == 0 { 0 } else { (b as u32) << pair_bits };
+        // Overflow rows of this bucket (rare) are copied next to each other; heap rows are
+        // read in place.
+        ovf_rows.clear();
+        items.clear();
+        for o in ins.ovf {
+            for rec in o.bucket(b) {
+                items.push((rec[1], IN_OVERFLOW | ovf_rows.len() as u32));
+                ovf_rows.extend_from_slice(&rec[3..3 + WI]);
+            }
+        }
+        macro_rules! visit {
+            ($id:expr, $at:expr) => {{
+                let (id, at): (usize, u32) = ($id, $at);
+                let rowb = row_at::<WI>(heap, &ovf_rows, at);
+                let key = (rowb[0] >> (32 - rb)) as usize;
+                let mut q = heads[key];
+                next[id] = q;
+                loc[id] = at;
+                heads[key] = id as u16;
+                // Rows come in increasing id, so every earlier row of the chain has a smaller id:
+                // the pair code is id(id-1)/2 + q.
+                let tree_base = bucket_tag | pair_code(0, id.max(1));
+                while q != NIL {
+                    let qi = q as usize;
+                    q = next[qi];
+                    let rowa = row_at::<WI>(heap, &ovf_rows, loc[qi]);
+                    let mut x = [0u32; MAX_WORDS + 1];
+                    for w in 0..WI {
+                        x[w] = rowa[w] ^ rowb[w];
+                    }
+                    // Identical rows (the same strings in another order) are dropped, as in
+                    // Tromp's solvers; the last word almost always differs otherwise.
+                    if x[WI - 1] == 0 && (x[0] << rb) | x[1..WI].iter().fold(0, |a, &w| a | w) == 0
+                    {
+                        continue;
+                    }
+                    let ob = if bb == 0 {
+                        0
+                    } else {
+                        (((x[0] << rb) | (x[1] >> (32 - rb))) >> ob_shift) as usize
+                    };
+                    let tree = tree_base + qi as u32;
+                    let slot = counts[ob];
+                    counts[ob] = slot + 1;
+                    if slot < cap {
+                        let oat = (ob * cap as usize + slot as usize) * so;
+                        let dst: &mut [u32; WO] =
+                            (&mut region[oat..oat + WO]).try_into().expect("WO words");
+                        for w in 0..WO {
+                            dst[w] = (x[w] << cs) | (x[w + 1] >> cr);
+                        }
+                        region[oat + tw] = tree;
+                    } else {
+                        let j = (slot - cap) as usize;
+                        if j >= plan.extra {
+                            ok = false;
+                            continue;
+                        }
+                        let mut y = [0u32; MAX_WORDS];
+                        for w in 0..WO {
+                            y[w] = (x[w] << cs) | (x[w + 1] >> cr);
+                        }
+                        let oid = plan.spb() + t * plan.extra + j;
+                        ovf_out.push(ob, oid, tree, &y[..WO]);
+                    }
+                }
+            }};
+        }
+        for tt in 0..plan.threads {
+            let cnt = (ins.counts[tt][b] as usize).min(cap as usize);
+            let base = (tt * nb + b) * cap as usize;
+            for s in 0..cnt {
+                visit!(tt * cap as usize + s, ((base + s) * si) as u32);
+            }
+        }
+        for &(id, at) in &items {
+            visit!(id as usize, at);
+        }
+    }
+    ok
+}
+
+/// The last step: pairs of layer `k-1` rows equal on all their bits (the rest of digit
+/// `k-1` and digit `k`).
+fn final_step(plan: &Plan, h: &Heaps) -> Vec<Candidate> {
+    let r = plan.k - 1;
+    let ins = Input {
+        plan,
+        r,
+        heap: h.heap[(r % 2) as usize].as_u32_slice(),
+        counts: &h.counts,
+        ovf: &h.overflow[r as usize],
+    };
+    let wi = plan.hw[r as usize];
+    let mut found: Vec<Vec<Candidate>> = vec![Vec::new(); plan.threads];
+    let job = |t: usize, out: &mut Vec<Candidate>| match wi {
+        1 => final_merge::<1>(&ins, t, out),
+        2 => final_merge::<2>(&ins, t, out),
+        3 => final_merge::<3>(&ins, t, out),
+        4 => final_merge::<4>(&ins, t, out),
+        _ => unreachable!("the last layer holds 2c - B <= 64 bits"),
+    };
+    if plan.threads == 1 {
+        job(0, &mut found[0]);
+    } else {
+        std::thread::scope(|s| {
+            for (t, out) in found.iter_mut().enumerate() {
+                let job = &job;
+                s.spawn(move || job(t, out));
+            }
+        });
+    }
+    found.concat()
+}
+
+fn final_merge<const W: usize>(ins: &Input, t: usize, out: &mut Vec<Candidate>) {
+    let plan = ins.plan;
+    let rb = plan.rb;
+    let mut heads = vec![NIL; 1 << rb];
+    let mut next = vec![NIL; plan.ids()];
+    let mut loc = vec![0u32; plan.ids()];
+    let mut items = Vec::with_capacity(plan.ids());
+    let mut ovf_rows = Vec::new();
+    let heap = ins.heap;
+    for b in bucket_range(plan, t) {
+        heads.fill(NIL);
+        rows_of::<W>(ins, b, &mut items, &mut ovf_rows);
+        for &(id, at) in &items {
+            let id = id as usize;
+            let rowb = row_at::<W>(heap, &ovf_rows, at);
+            let key = (rowb[0] >> (32 - rb)) as usize;
+            let mut q = heads[key];
+            next[id] = q;
+            loc[id] = at;
+            heads[key] = id as u16;
+            while q != NIL {
+                let qi = q as usize;
+                q = next[qi];
+                if row_at::<W>(heap, &ovf_rows, loc[qi]) == rowb {
+                    out.push((b as u32, qi as u16, id as u16));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pair_code_round_trips() {
+        for b in 1..3000usize {
+            for a in [0, b / 3, b - 1] {
+                assert_eq!(pair_decode(pair_code(a, b)), (a, b));
+            }
+        }
+    }
+
+    /// Tiny regions push most rows through the overflow store; too few overflow ids make
+    /// the solve give up (the caller then runs the general solver) rather than drop rows.
+    #[test]
+    fn overflow_store_keeps_every_row() {
+        let p = crate::Params::new(48, 5).unwrap();
+        for nonce in 0..12u128 {
+            let gen =
+                crate::HashGen::new(p, b"ZcashPoW", b"overflow", &crate::nonce_from_int(nonce))
+                    .unwrap();
+            let want = crate::reference::solve(&gen);
+            for threads in [1, 2] {
+                let mut plan = Plan::new(p, threads).unwrap();
+                let (full_cap, full_extra) = (plan.cap, plan.extra);
+                plan.cap = 16;
+                plan.extra = full_cap + full_extra - 16;
+                let (cands, _) = solve(&gen, &plan, &mut None).expect("ids suffice");
+                let mut stats = crate::SolveStats::default();
+                let got = crate::solver::finish(cands, &mut stats);
+                assert_eq!(got, want, "nonce {nonce} threads {threads}");
+                plan.extra = 4;
+                assert!(solve(&gen, &plan, &mut None).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn plans_for_the_named_parameters() {
+        let p = Plan::new(crate::Params::new(200, 9).unwrap(), 1).unwrap();
+        assert_eq!((p.bb, p.rb), (10, 10));
+        assert!(p.heap_bytes() < 145 << 20, "{}", p.heap_bytes());
+        assert!(Plan::new(crate::Params::new(200, 9).unwrap(), 2).is_some());
+        assert!(Plan::new(crate::Params::new(96, 5).unwrap(), 1).is_some());
+        assert!(Plan::new(crate::Params::new(48, 5).unwrap(), 1).is_some());
+    }
+}
