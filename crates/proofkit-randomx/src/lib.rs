@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod aes;
+pub mod analysis;
 pub mod argon2_fill;
 pub mod argon2d;
 pub mod blake;
