@@ -1,6 +1,6 @@
 //! The Paprika workload without the CLI: `cargo run --release -p proofkit-state --example paprika
 //! -- BLOCKS [DIR]` (the CLI's `proofkit state bench` prints the same figures as the seed's table).
-use proofkit_state::bench::{run_paprika, PaprikaConfig};
+use proofkit_state::bench::{run_paprika_rows, PaprikaConfig};
 use proofkit_state::CommitLevel;
 
 fn main() {
@@ -14,21 +14,32 @@ fn main() {
         dir,
         commit_level: CommitLevel::FlushData,
         finality_lag: 0,
-        rows: 10,
+        rows: std::env::var("PK_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10),
+        cached_levels: std::env::var("PK_CACHED_LEVELS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5),
     };
-    let s = run_paprika(&cfg, &|_| {}).expect("bench");
-    println!("At Block | Avg speed (blocks/s) | Space used (GB) | New pages P90 | Pages reused P90 | Total pages P90 | peak RSS (KiB)");
-    for r in &s.rows {
+    let start = std::time::Instant::now();
+    println!("At Block | Avg speed (blocks/s) | Space used (GB) | New pages P90 | Pages reused P90 | Total pages P90 | peak RSS (KiB) | block ms (median) | CPU s | wall s");
+    let s = run_paprika_rows(&cfg, &|_| {}, &|r| {
         println!(
-            "{:>8} | {:>8.1} | {:>7.3} | {:>6} | {:>6} | {:>6} | {:>10}",
+            "{:>8} | {:>8.1} | {:>7.3} | {:>6} | {:>6} | {:>6} | {:>10} | {:>7.2} | {:>8.1} | {:>8.1}",
             r.at_block,
             r.avg_blocks_per_s,
             r.space_bytes as f64 / 1e9,
             r.new_pages_p90,
             r.reused_pages_p90,
             r.total_pages_p90,
-            r.peak_rss_kb
+            r.peak_rss_kb,
+            r.block_ms_median,
+            proofkit_core::cputime::process_cpu_time().map_or(0.0, |d| d.as_secs_f64()),
+            start.elapsed().as_secs_f64(),
         );
-    }
+    })
+    .expect("bench");
     println!("{s:#?}");
 }

@@ -2,7 +2,8 @@
 //! code_hash]`, the value's big-endian bytes without leading zeros) and their compact form in
 //! the page store.
 //!
-//! Store form of an account (the storage root is not stored: it is recomputed from the slots):
+//! Store form of an account (the record then goes on with its storage trie's root entry, see
+//! `state`):
 //! ```text
 //! [nonce_len u8][nonce BE, trimmed][bal_len u8][balance BE, trimmed][code? 0 | 1][code_hash 32 if 1]
 //! ```
@@ -80,6 +81,14 @@ impl Account {
 
     /// Decodes the compact store form.
     pub fn from_store(b: &[u8]) -> Result<Account, CorruptRecord> {
+        match Account::from_store_prefix(b)? {
+            (a, []) => Ok(a),
+            _ => Err(CorruptRecord),
+        }
+    }
+
+    /// Decodes the compact store form at the front of `b`; returns the bytes after it.
+    pub fn from_store_prefix(b: &[u8]) -> Result<(Account, &[u8]), CorruptRecord> {
         let take = |b: &mut &[u8], n: usize| -> Result<Vec<u8>, CorruptRecord> {
             if b.len() < n {
                 return Err(CorruptRecord);
@@ -107,14 +116,14 @@ impl Account {
             1 => take(&mut b, 32)?.try_into().map_err(|_| CorruptRecord)?,
             _ => return Err(CorruptRecord),
         };
-        if !b.is_empty() {
-            return Err(CorruptRecord);
-        }
-        Ok(Account {
-            nonce,
-            balance,
-            code_hash,
-        })
+        Ok((
+            Account {
+                nonce,
+                balance,
+                code_hash,
+            },
+            b,
+        ))
     }
 }
 
@@ -158,6 +167,25 @@ impl TrieValue for AccountLeaf {
     fn prepare_batch(values: &[&Self]) {
         let tries: Vec<&Trie<StorageValue>> = values.iter().map(|l| &l.storage).collect();
         Trie::hash_many(&tries);
+    }
+
+    /// The storage trie shrinks to its root's reference.
+    fn pruned(&self) -> Self {
+        AccountLeaf {
+            account: self.account,
+            storage: self.storage.pruned(0),
+        }
+    }
+}
+
+impl AccountLeaf {
+    /// The store record: the account's store form, then its storage trie's root entry (none
+    /// for an empty storage).
+    pub fn to_store(&self, out: &mut Vec<u8>) {
+        self.account.to_store(out);
+        if let Some(e) = self.storage.root_entry() {
+            crate::trie::encode_entry(&e, out);
+        }
     }
 }
 

@@ -24,6 +24,8 @@ pub struct PaprikaConfig {
     pub finality_lag: u64,
     /// A row every `blocks / rows` blocks.
     pub rows: u64,
+    /// Nibbles of the account trie kept in memory ([`DbOptions::cached_levels`]).
+    pub cached_levels: usize,
 }
 
 /// One row of the seed's table; the page figures are 90th percentiles over the blocks since the
@@ -37,6 +39,8 @@ pub struct Row {
     pub reused_pages_p90: u64,
     pub total_pages_p90: u64,
     pub peak_rss_kb: u64,
+    /// Median time of a block (write, root, finalize) since the previous row.
+    pub block_ms_median: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -91,28 +95,26 @@ pub enum BenchError {
 
 /// Runs the workload; `progress(block)` is called after every block.
 pub fn run_paprika(cfg: &PaprikaConfig, progress: &dyn Fn(u64)) -> Result<Summary, BenchError> {
+    run_paprika_rows(cfg, progress, &|_| {})
+}
+
+/// [`run_paprika`], handing each row of the table to `on_row` as soon as it is measured (for
+/// long runs that may be stopped).
+pub fn run_paprika_rows(
+    cfg: &PaprikaConfig,
+    progress: &dyn Fn(u64),
+    on_row: &dyn Fn(&Row),
+) -> Result<Summary, BenchError> {
     if cfg.blocks == 0 || cfg.accounts_per_block == 0 {
         return Err(BenchError::Empty);
     }
-    // In memory: reserve address space for the pages up front (about 200 bytes per record, at
-    // most half the machine's memory), like Paprika's "Initializing db of size".
-    let reserve = if cfg.dir.is_none() {
-        let total_kb = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<usize>().ok())
-            })
-            .unwrap_or(4 << 20);
-        ((cfg.blocks * cfg.accounts_per_block * (1 + cfg.storage_per_account)) as usize * 200)
-            .min(total_kb * 512)
-    } else {
-        0
-    };
+    // In memory: address space for the pages (only written pages take memory): about 1 KB
+    // per record with the trie nodes, at least 1 GiB.
+    let records = cfg.blocks * cfg.accounts_per_block * (1 + cfg.storage_per_account);
     let options = DbOptions {
         commit_level: cfg.commit_level,
-        memory_reserve: reserve,
+        cached_levels: cfg.cached_levels,
+        memory_reserve: (records as usize * 1024).clamp(1 << 30, 64 << 30),
         ..Default::default()
     };
     let mut db = Db::open(cfg.dir.as_deref(), options)?;
@@ -122,6 +124,7 @@ pub fn run_paprika(cfg: &PaprikaConfig, progress: &dyn Fn(u64)) -> Result<Summar
     let mut pending = VecDeque::new();
     let mut parent = db.finalized();
     let mut block_ms = Vec::with_capacity(cfg.blocks as usize);
+    let mut since_row = Vec::new();
     let (mut write_s, mut root_s, mut finalize_s) = (0.0, 0.0, 0.0);
     let start = Instant::now();
     for n in 1..=cfg.blocks {
@@ -159,6 +162,7 @@ pub fn run_paprika(cfg: &PaprikaConfig, progress: &dyn Fn(u64)) -> Result<Summar
         }
         parent = id;
         block_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        since_row.push(t0.elapsed().as_secs_f64() * 1e3);
         progress(n);
         if n % step == 0 || n == cfg.blocks {
             rows.push(Row {
@@ -169,7 +173,10 @@ pub fn run_paprika(cfg: &PaprikaConfig, progress: &dyn Fn(u64)) -> Result<Summar
                 reused_pages_p90: p90(&mut reused),
                 total_pages_p90: p90(&mut total),
                 peak_rss_kb: proofkit_core::peak::peak_rss_kb(),
+                block_ms_median: median(&mut since_row),
             });
+            on_row(rows.last().expect("just pushed"));
+            since_row.clear();
             new.clear();
             reused.clear();
             total.clear();
@@ -247,6 +254,7 @@ mod tests {
                 commit_level: CommitLevel::FlushData,
                 finality_lag: 3,
                 rows: 3,
+                cached_levels: 1,
             };
             let s = run_paprika(&cfg, &|_| {}).unwrap();
             assert_eq!(s.rows.len(), 3);

@@ -1,5 +1,7 @@
 //! Blocks over the store: a tree of unfinalized blocks in memory above the last finalized one,
-//! each a [`State`] version sharing nodes with its parent, and the page store below.
+//! each a [`State`] version sharing nodes with its parent, and the page store below, which
+//! holds the finalized accounts, slots and trie nodes (with their hashes): memory keeps the top
+//! [`DbOptions::cached_levels`] nibbles of the account trie and what unfinalized blocks wrote.
 //!
 //! * [`Db::begin`] opens a block on any known block (the finalized one or an unfinalized one:
 //!   building on another parent is a reorg); the returned [`Writer`] reads its own writes.
@@ -7,17 +9,24 @@
 //! * [`Db::state`] reads any known block; a [`State`] is `Send + Sync` and O(1) to clone, so a
 //!   reader thread can hold one while the writer goes on.
 //! * [`Db::finalize`] writes the blocks from the finalized one up to the given block into the
-//!   store in one commit at the configured [`CommitLevel`], then forgets the forks that do not
-//!   descend from it.
-//! * [`Db::open`] reopens a store at its durable root, rebuilding the trie from the stored
-//!   accounts and slots and checking the rebuilt root against the root in the meta page.
+//!   store in one commit at the configured [`CommitLevel`] (their accounts and slots, and the
+//!   records of the trie branches they changed), forgets the forks that do not descend from
+//!   it, and drops the finalized state's subtrees from memory.
+//! * Past finalized states stay readable ([`DbOptions::history`]; a `State` a reader holds too):
+//!   each holds a [`crate::store::Snapshot`] of its store root, whose pages are not reused
+//!   while it lives.
+//! * [`Db::open`] reopens a store at its durable root (by default first verifying it in full,
+//!   as [`Db::check`] does).
 #![deny(unsafe_code)]
 
 use crate::account::Account;
 use crate::keccak::{keccak256, B256};
-use crate::state::{Address, State, WriteLog, Writer};
+use crate::state::{
+    decode_account_record, record_key, Address, State, WriteLog, Writer, ROOT_ENTRY_KEY,
+};
 use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError};
-use std::collections::HashMap;
+use crate::trie::encode_entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use thiserror::Error;
 
@@ -45,8 +54,15 @@ pub struct DbOptions {
     pub commit_level: CommitLevel,
     /// Finalized blocks (before the newest) that stay readable through [`Db::state`].
     pub history: usize,
-    /// For an in-memory database: address space to reserve for pages (0: grow as needed).
+    /// For an in-memory database: the most address space its pages may take (0: 64 GiB;
+    /// memory is only used as pages are written).
     pub memory_reserve: usize,
+    /// Nibbles of the account trie kept in memory above the page store after finalization
+    /// (5: about a million nodes; the rest is loaded from the store when written through).
+    pub cached_levels: usize,
+    /// Verify the whole store when opening it (as [`Db::check`]: every record read, the root
+    /// recomputed, every stored trie node compared); linear in the state's size.
+    pub verify_on_open: bool,
 }
 
 impl Default for DbOptions {
@@ -55,6 +71,8 @@ impl Default for DbOptions {
             commit_level: CommitLevel::FlushDataAndRoot,
             history: 0,
             memory_reserve: 0,
+            cached_levels: 5,
+            verify_on_open: true,
         }
     }
 }
@@ -97,6 +115,7 @@ pub struct Db {
     store: Store,
     level: CommitLevel,
     history: usize,
+    cached_levels: usize,
     finalized: BlockId,
     blocks: HashMap<BlockId, Committed>,
     next_id: BlockId,
@@ -107,12 +126,15 @@ impl Db {
     pub fn open(dir: Option<&Path>, options: DbOptions) -> Result<Db, DbError> {
         let store = Store::open_reserving(dir, options.memory_reserve)?;
         let meta = store.meta();
-        let state = rebuild(&store)?;
-        let rebuilt = state.root();
-        if rebuilt != meta.state_root {
+        if options.verify_on_open {
+            verify(&store)?;
+        }
+        let state = State::from_snapshot(store.snapshot())?;
+        let root = state.root();
+        if root != meta.state_root {
             return Err(DbError::RootMismatch {
                 stored: hex::encode(meta.state_root),
-                rebuilt: hex::encode(rebuilt),
+                rebuilt: hex::encode(root),
             });
         }
         let mut blocks = HashMap::new();
@@ -122,7 +144,7 @@ impl Db {
                 parent: 0,
                 number: meta.block_number,
                 state,
-                root: rebuilt,
+                root,
                 log: WriteLog::new(),
             },
         );
@@ -130,6 +152,7 @@ impl Db {
             store,
             level: options.commit_level,
             history: options.history,
+            cached_levels: options.cached_levels,
             finalized: 0,
             blocks,
             next_id: 1,
@@ -179,7 +202,7 @@ impl Db {
         let root = block.writer.state.root();
         let id = self.next_id;
         self.next_id += 1;
-        let (state, log) = block.writer.into_parts();
+        let (state, log) = block.writer.into_parts()?;
         self.blocks.insert(
             id,
             Committed {
@@ -206,13 +229,21 @@ impl Db {
             }
             cur = b.parent;
         }
+        // The chain's writes together, read back from the newest state.
+        let mut merged: BTreeMap<B256, (bool, BTreeSet<B256>)> = BTreeMap::new();
         for &b in chain.iter().rev() {
             let block = self.blocks.get_mut(&b).expect("on the chain just walked");
-            let log = std::mem::take(&mut block.log);
-            self.store.apply(store_ops(&log))?;
+            for (haddr, w) in std::mem::take(&mut block.log) {
+                let m = merged.entry(haddr).or_default();
+                m.0 |= w.wiped;
+                m.1.extend(w.storage.keys());
+            }
         }
         let target = &self.blocks[&id];
+        let ops = store_ops(&target.state, &merged)?;
+        self.store.apply(ops)?;
         let stats = self.store.commit(target.number, target.root, self.level)?;
+        let finalized_number = target.number;
         // Keep `id` and its descendants.
         let mut keep: HashMap<BlockId, bool> = HashMap::new();
         keep.insert(id, true);
@@ -248,6 +279,16 @@ impl Db {
         }
         self.blocks
             .retain(|b, _| keep.get(b).copied().unwrap_or(false));
+        // The finalized block and its descendants read the new store root (their stored nodes
+        // are the same in it); the finalized state drops its stored subtrees from memory.
+        let snap = self.store.snapshot();
+        for (&b, c) in self.blocks.iter_mut() {
+            if b == id {
+                c.state.rebase(snap.clone(), Some(self.cached_levels));
+            } else if c.number > finalized_number {
+                c.state.rebase(snap.clone(), None);
+            }
+        }
         if let Some(f) = self.blocks.get_mut(&id) {
             f.log = WriteLog::new();
         }
@@ -260,25 +301,18 @@ impl Db {
         let k = keccak256(addr);
         match self.store.get(&k)? {
             None => Ok(None),
-            Some(v) => Account::from_store(&v)
-                .map(Some)
-                .map_err(|_| DbError::CorruptRecord(hex::encode(k))),
+            Some(v) => decode_account_record(&v)
+                .map(|(a, _)| Some(a))
+                .ok_or_else(|| DbError::CorruptRecord(hex::encode(k))),
         }
     }
 
-    /// Walks every page of the store, checks the page tree, rebuilds the trie from the stored
-    /// records and compares its root with the durable root.
+    /// Walks every page of the store, checks the page tree and the free list, rebuilds the
+    /// trie from the stored accounts and slots, compares its root with the durable root and
+    /// every stored trie node with the rebuilt one.
     pub fn check(&self) -> Result<(CheckReport, B256), DbError> {
-        let report = self.store.check()?;
-        let state = rebuild(&self.store)?;
-        let meta = self.store.meta();
-        if state.root() != meta.state_root {
-            return Err(DbError::RootMismatch {
-                stored: hex::encode(meta.state_root),
-                rebuilt: hex::encode(state.root()),
-            });
-        }
-        Ok((report, meta.state_root))
+        let report = verify(&self.store)?;
+        Ok((report, self.store.meta().state_root))
     }
 
     /// The page store (statistics, space used).
@@ -287,55 +321,103 @@ impl Db {
     }
 }
 
-/// The store writes of one block's log: keys are hashed addresses and hashed address ++ hashed
-/// slot; an account deleted in the block deletes its whole key range first.
-pub fn store_ops(log: &WriteLog) -> Vec<Op> {
+/// The store writes that take the finalized state to `state`, given what the blocks since
+/// wrote (`merged`: by hashed address, whether it was wiped and the slots written): accounts
+/// and slots as they are in `state`, the records of the trie branches not in the store yet,
+/// deletions of the records a removal left behind, and the root entry.
+fn store_ops(
+    state: &State,
+    merged: &BTreeMap<B256, (bool, BTreeSet<B256>)>,
+) -> Result<Vec<Op>, DbError> {
     let mut ops = Vec::new();
-    for (haddr, w) in log {
-        if w.wiped {
+    for (haddr, (wiped, slots)) in merged {
+        if *wiped {
             ops.push(Op::DelPrefix(haddr.to_vec()));
         }
-        match &w.account {
-            Some(a) => {
-                let mut v = Vec::with_capacity(48);
-                a.to_store(&mut v);
-                ops.push(Op::Put(haddr.to_vec(), v));
+        let leaf = match state.written_leaf(haddr) {
+            Some(l) => l,
+            None => {
+                if state.try_account_hashed(haddr)?.is_some() {
+                    return Err(DbError::CorruptRecord(format!(
+                        "written account {} not in memory",
+                        hex::encode(haddr)
+                    )));
+                }
+                if !*wiped {
+                    ops.push(Op::DelPrefix(haddr.to_vec()));
+                }
+                for d in state.stale_account_positions(haddr) {
+                    ops.push(Op::Del(record_key(None, &crate::trie::nibbles(haddr)[..d])));
+                }
+                continue;
             }
-            None if !w.wiped => ops.push(Op::Del(haddr.to_vec())),
-            None => {}
-        }
-        for (hslot, value) in &w.storage {
+        };
+        let mut v = Vec::with_capacity(80);
+        leaf.to_store(&mut v);
+        ops.push(Op::Put(haddr.to_vec(), v));
+        for hslot in slots {
             let mut k = Vec::with_capacity(64);
             k.extend_from_slice(haddr);
             k.extend_from_slice(hslot);
-            let t = crate::rlp::trim(value);
+            let value = state.try_storage_hashed(haddr, hslot)?;
+            let t = crate::rlp::trim(&value);
             if t.is_empty() {
                 ops.push(Op::Del(k));
+                let path = crate::trie::nibbles(hslot);
+                for d in leaf.storage.stale_positions(&path) {
+                    ops.push(Op::Del(record_key(Some(haddr), &path[..d])));
+                }
             } else {
                 ops.push(Op::Put(k, t.to_vec()));
             }
         }
+        leaf.storage.take_dirty(|pos, rec| {
+            ops.push(Op::Put(record_key(Some(haddr), pos), rec));
+        });
     }
-    ops
+    let trie = state.account_trie();
+    trie.take_dirty(|pos, rec| ops.push(Op::Put(record_key(None, pos), rec)));
+    match trie.root_entry() {
+        Some(e) => {
+            let mut v = Vec::new();
+            encode_entry(&e, &mut v);
+            ops.push(Op::Put(ROOT_ENTRY_KEY.to_vec(), v));
+        }
+        None => ops.push(Op::Del(ROOT_ENTRY_KEY.to_vec())),
+    }
+    Ok(ops)
 }
 
-/// The state held by the store.
-fn rebuild(store: &Store) -> Result<State, DbError> {
+/// Checks the whole store: the page tree and free list, then the state rebuilt in memory
+/// from the accounts and slots: its root against the meta page's, and every branch record and
+/// root entry in the store against the rebuilt trie's (none missing, none extra, none
+/// different).
+fn verify(store: &Store) -> Result<CheckReport, DbError> {
+    let report = store.check()?;
     let mut state = State::new();
+    let mut stored_nodes: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut entries: BTreeMap<B256, Vec<u8>> = BTreeMap::new();
     let mut err = None;
     store.for_each(|k, v| {
         if err.is_some() {
             return;
         }
         let r = match k.len() {
-            32 => match Account::from_store(v) {
-                Ok(a) => {
-                    state.set_account_hashed(&k.try_into().expect("32 bytes"), Some(a));
-                    Ok(())
+            32 => {
+                let haddr: B256 = k.try_into().expect("32 bytes");
+                match decode_account_record(v) {
+                    Some((a, _)) => {
+                        let n = Account::from_store_prefix(v)
+                            .map_or(0, |(_, rest)| v.len() - rest.len());
+                        entries.insert(haddr, v[n..].to_vec());
+                        state
+                            .set_account_hashed(&haddr, Some(a))
+                            .map_err(DbError::from)
+                    }
+                    None => Err(DbError::CorruptRecord(hex::encode(k))),
                 }
-                Err(_) => Err(DbError::CorruptRecord(hex::encode(k))),
-            },
-            64 if !v.is_empty() && v.len() <= 32 => {
+            }
+            64 if !v.is_empty() && v.len() <= 32 && v[0] != 0 => {
                 let mut value = [0u8; 32];
                 value[32 - v.len()..].copy_from_slice(v);
                 state
@@ -346,14 +428,71 @@ fn rebuild(store: &Store) -> Result<State, DbError> {
                     )
                     .map_err(DbError::from)
             }
+            33 | 65 => {
+                stored_nodes.insert(k.to_vec(), v.to_vec());
+                Ok(())
+            }
             _ => Err(DbError::CorruptRecord(hex::encode(k))),
         };
         if let Err(e) = r {
             err = Some(e);
         }
     })?;
-    match err {
-        Some(e) => Err(e),
-        None => Ok(state),
+    if let Some(e) = err {
+        return Err(e);
     }
+    let meta = store.meta();
+    let root = state.root();
+    if root != meta.state_root {
+        return Err(DbError::RootMismatch {
+            stored: hex::encode(meta.state_root),
+            rebuilt: hex::encode(root),
+        });
+    }
+    // The records the rebuilt trie would write, against those in the store.
+    let mut expect: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let trie = state.account_trie();
+    trie.take_dirty(|pos, rec| {
+        expect.insert(record_key(None, pos), rec);
+    });
+    if let Some(e) = trie.root_entry() {
+        let mut v = Vec::new();
+        encode_entry(&e, &mut v);
+        expect.insert(ROOT_ENTRY_KEY.to_vec(), v);
+    }
+    let mut bad = None;
+    for (haddr, stored_entry) in &entries {
+        let leaf = state.written_leaf(haddr).expect("rebuilt from this record");
+        let mut v = Vec::new();
+        if let Some(e) = leaf.storage.root_entry() {
+            encode_entry(&e, &mut v);
+        }
+        if v != *stored_entry && bad.is_none() {
+            bad = Some(format!("storage root of account {}", hex::encode(haddr)));
+        }
+        leaf.storage.take_dirty(|pos, rec| {
+            expect.insert(record_key(Some(haddr), pos), rec);
+        });
+    }
+    if let Some(b) = bad {
+        return Err(DbError::CorruptRecord(b));
+    }
+    if expect != stored_nodes {
+        let first = expect
+            .iter()
+            .find(|(k, v)| stored_nodes.get(*k) != Some(v))
+            .map(|(k, _)| k.clone())
+            .or_else(|| {
+                stored_nodes
+                    .keys()
+                    .find(|k| !expect.contains_key(*k))
+                    .cloned()
+            })
+            .unwrap_or_default();
+        return Err(DbError::CorruptRecord(format!(
+            "trie node record {} differs from the rebuilt trie",
+            hex::encode(first)
+        )));
+    }
+    Ok(report)
 }

@@ -1,15 +1,145 @@
-//! The only `unsafe` of the crate: mapping the store's file into memory (memmap2 marks it unsafe
-//! because another process could change or truncate the file under the mapping).
+//! The only `unsafe` of the crate: the page store's memory mapping, shared by the writer and
+//! the readers of past versions.
+//!
+//! The store reserves one large range of address space once (a file mapped `MAP_SHARED` past its
+//! end, or anonymous memory with `MAP_NORESERVE`) and never moves it: the file only grows under
+//! the mapping, so a page address stays valid for the life of the store and readers on other
+//! threads can hold page slices while the writer goes on.
+//!
+//! Soundness rests on the store's copy-on-write discipline, which this module cannot check:
+//! the writer only writes pages that no committed root still needed by a reader can reach (fresh
+//! pages, or pages freed once every reader that could see them is gone), and readers only read
+//! pages reachable from the root they hold. So a page is never written while another thread
+//! reads it.
 
-use memmap2::MmapMut;
 use std::fs::File;
 use std::io;
 
-/// Maps the whole of `file` read-write, shared.
-pub(crate) fn map_file(file: &File) -> io::Result<MmapMut> {
-    // SAFETY: the store owns the file for its whole life (it is opened by `Store::open` inside the
-    // store's own directory and never truncated while mapped: it only grows, and every growth
-    // drops the old mapping before mapping again); the mapping is only read through bounds-checked
-    // slices. Other processes writing the same file concurrently are not supported (documented).
-    unsafe { MmapMut::map_mut(file) }
+/// One page of the store.
+pub(crate) const PAGE: usize = 4096;
+
+/// A fixed range of address space holding the pages.
+pub(crate) struct Pages {
+    base: *mut u8,
+    reserved: usize,
+    file: Option<File>,
+}
+
+// SAFETY: `Pages` is a fixed mapping; concurrent access follows the copy-on-write discipline in
+// the module doc (no page is written while another thread can read it).
+unsafe impl Send for Pages {}
+// SAFETY: as above.
+unsafe impl Sync for Pages {}
+
+impl Pages {
+    /// Maps `file` (read-write, shared) at a reservation of `reserved` bytes; only the part
+    /// inside the file may be touched.
+    pub(crate) fn file(file: File, reserved: usize) -> io::Result<Pages> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh mapping chosen by the kernel (no fixed address), of a file this store
+        // owns; the pointer is checked for failure below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Pages {
+            base: base.cast(),
+            reserved,
+            file: Some(file),
+        })
+    }
+
+    /// Anonymous zeroed memory of up to `reserved` bytes, backed only where touched.
+    pub(crate) fn anonymous(reserved: usize) -> io::Result<Pages> {
+        // SAFETY: as in `file`, without a file.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Pages {
+            base: base.cast(),
+            reserved,
+            file: None,
+        })
+    }
+
+    /// Pages the reservation can hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.reserved / PAGE
+    }
+
+    pub(crate) fn file_handle(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
+    /// Page `id`. The caller keeps `id` below the backed length (the store bounds every page id
+    /// by its page count, and the file is grown before a page past it is used).
+    pub(crate) fn page(&self, id: u32) -> &[u8] {
+        let o = id as usize * PAGE;
+        assert!(
+            o + PAGE <= self.reserved,
+            "page {id} beyond the reservation"
+        );
+        // SAFETY: inside the reservation (checked above); see the module doc for why no other
+        // thread writes this page meanwhile.
+        unsafe { std::slice::from_raw_parts(self.base.add(o), PAGE) }
+    }
+
+    /// Page `id` for writing.
+    ///
+    /// # Safety
+    /// No other reference to this page may be alive: the page is fresh or free (reachable from
+    /// no root a reader holds), and the single writer holds no other slice of it.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn page_mut(&self, id: u32) -> &mut [u8] {
+        let o = id as usize * PAGE;
+        assert!(
+            o + PAGE <= self.reserved,
+            "page {id} beyond the reservation"
+        );
+        // SAFETY: inside the reservation; exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(o), PAGE) }
+    }
+
+    /// Writes pages `[from, to)` to the file and waits (no-op in memory).
+    pub(crate) fn flush(&self, from: u32, to: u32) -> io::Result<()> {
+        if self.file.is_none() || to <= from {
+            return Ok(());
+        }
+        let (o, len) = (from as usize * PAGE, (to - from) as usize * PAGE);
+        assert!(o + len <= self.reserved);
+        // SAFETY: a page-aligned range inside the mapping.
+        let r = unsafe { libc::msync(self.base.add(o).cast(), len, libc::MS_SYNC) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in the constructor; every slice of it borrowed `self`.
+        unsafe {
+            libc::munmap(self.base.cast(), self.reserved);
+        }
+    }
 }

@@ -6,7 +6,7 @@
 use crate::account::{Account, U256};
 use crate::keccak::{keccak256, B256, KECCAK_EMPTY};
 use crate::rlp::{self, Item};
-use crate::state::{Address, State};
+use crate::state::{Address, State, StateError};
 use crate::trie::{decode_hex_prefix, nibbles};
 use thiserror::Error;
 
@@ -45,32 +45,42 @@ pub struct AccountProof {
     pub storage_proof: Vec<StorageProof>,
 }
 
-/// Builds the proof of `addr` and of `slots` in `state`.
+/// Builds the proof of `addr` and of `slots` in `state` (panics only if the state's store
+/// was damaged after opening; see [`try_get_proof`]).
 pub fn get_proof(state: &State, addr: &Address, slots: &[B256]) -> AccountProof {
-    let trie = state.account_trie();
-    let path = nibbles(&keccak256(addr));
-    let leaf = trie.get(&path);
-    let account = leaf.map(|l| l.account).unwrap_or_default();
-    let storage_hash = leaf.map_or(crate::keccak::EMPTY_ROOT, |l| l.storage.root_hash());
-    let storage_proof = slots
-        .iter()
-        .map(|slot| {
-            let spath = nibbles(&keccak256(slot));
-            match leaf {
-                Some(l) => StorageProof {
-                    key: *slot,
-                    value: l.storage.get(&spath).map_or([0; 32], |v| v.to_u256()),
-                    proof: l.storage.proof(&spath),
-                },
-                None => StorageProof {
-                    key: *slot,
-                    value: [0; 32],
-                    proof: Vec::new(),
-                },
-            }
-        })
-        .collect();
-    AccountProof {
+    try_get_proof(state, addr, slots)
+        .expect("the state store was damaged after it was opened (use try_get_proof)")
+}
+
+/// [`get_proof`], with the store's read errors.
+pub fn try_get_proof(
+    state: &State,
+    addr: &Address,
+    slots: &[B256],
+) -> Result<AccountProof, StateError> {
+    let haddr = keccak256(addr);
+    let leaf = state.account_leaf(&haddr)?;
+    let account = leaf.as_ref().map(|l| l.account).unwrap_or_default();
+    let storage_hash = leaf
+        .as_ref()
+        .map_or(crate::keccak::EMPTY_ROOT, |l| l.storage.root_hash());
+    let mut storage_proof = Vec::with_capacity(slots.len());
+    for slot in slots {
+        let hslot = keccak256(slot);
+        storage_proof.push(match &leaf {
+            Some(l) => StorageProof {
+                key: *slot,
+                value: state.try_storage_hashed(&haddr, &hslot)?,
+                proof: state.storage_proof(&haddr, l, &hslot)?,
+            },
+            None => StorageProof {
+                key: *slot,
+                value: [0; 32],
+                proof: Vec::new(),
+            },
+        });
+    }
+    Ok(AccountProof {
         address: *addr,
         nonce: account.nonce,
         balance: account.balance,
@@ -80,9 +90,9 @@ pub fn get_proof(state: &State, addr: &Address, slots: &[B256]) -> AccountProof 
             KECCAK_EMPTY
         },
         storage_hash,
-        account_proof: trie.proof(&path),
+        account_proof: state.account_proof(&haddr)?,
         storage_proof,
-    }
+    })
 }
 
 /// Walks `proof` from `root` along the 32-byte key `key` (already hashed) and returns the leaf's

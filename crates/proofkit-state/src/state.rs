@@ -1,28 +1,211 @@
 //! The world state: the secure account trie (keyed by keccak256 of the 20-byte address) whose
 //! leaves carry each account's secure storage trie (keyed by keccak256 of the 32-byte slot), and
 //! the write log of a block (what finalization writes to the page store).
+//!
+//! A state is the finalized state in the page store (a [`Snapshot`] of its root) with the
+//! changes of the unfinalized blocks above it in memory: the tries hold the top of the tree and
+//! the paths those blocks wrote; everything else is a stored node, loaded from the store when a
+//! write goes through it. Reads that reach a stored node read the store's flat records.
+//!
+//! Store layout (keys by length; `pad(p)`: the nibble path `p` packed high nibble first and
+//! zero-padded to 32 bytes):
+//! ```text
+//! 32 bytes  keccak(address)                         -> account (see `account`) ++ storage-root entry
+//! 64 bytes  keccak(address) ++ keccak(slot)         -> the value, trimmed big-endian bytes
+//! 33 bytes  pad(p) ++ [len(p)]                      -> record of the account-trie branch at p
+//! 33 bytes  [0; 32] ++ [0xff]                       -> entry of the account trie's root
+//! 65 bytes  keccak(address) ++ pad(p) ++ [len(p)]   -> record of that storage trie's branch at p
+//! ```
+//! A branch record lists its children's entries (leaf or branch reference, or an extension's
+//! path and its branch's reference: `trie::encode_record`); records sit next to the accounts
+//! under the same prefix, so a block's writes and its trie nodes share pages.
 #![deny(unsafe_code)]
 
 use crate::account::{Account, AccountLeaf, StorageValue, U256};
 use crate::keccak::{keccak256, B256};
-use crate::trie::{nibbles, Trie};
+use crate::store::Snapshot;
+use crate::trie::{
+    decode_entry, decode_record, nibbles, record_children, ChildEntry, LoadError, LoadedNode,
+    Loader, Lookup, NoLoader, StoredKind, Trie,
+};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// A 20-byte account address.
 pub type Address = [u8; 20];
 
-/// A write the state cannot take.
-#[derive(Debug, Error, PartialEq, Eq)]
+/// A write or read the state cannot do.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum StateError {
     #[error("storage write to account 0x{0} that does not exist")]
     NoSuchAccount(String),
+    #[error("state store: {0}")]
+    Store(String),
+}
+
+impl From<LoadError> for StateError {
+    fn from(e: LoadError) -> Self {
+        StateError::Store(e.to_string())
+    }
+}
+
+impl From<crate::store::StoreError> for StateError {
+    fn from(e: crate::store::StoreError) -> Self {
+        StateError::Store(e.to_string())
+    }
+}
+
+/// The key of the account trie's root entry.
+pub const ROOT_ENTRY_KEY: [u8; 33] = {
+    let mut k = [0u8; 33];
+    k[32] = 0xff;
+    k
+};
+
+/// `pad(p) ++ [len(p)]`: the key of the account-trie branch at `pos`, or (after a hashed
+/// address) of a storage-trie branch.
+pub fn record_key(owner: Option<&B256>, pos: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(65);
+    if let Some(o) = owner {
+        k.extend_from_slice(o);
+    }
+    k.extend_from_slice(&pad(pos));
+    k.push(pos.len() as u8);
+    k
+}
+
+/// A nibble path packed high nibble first, zero-padded to 32 bytes.
+pub fn pad(pos: &[u8]) -> B256 {
+    let mut k = [0u8; 32];
+    for (i, &n) in pos.iter().enumerate().take(64) {
+        k[i / 2] |= if i % 2 == 0 { n << 4 } else { n };
+    }
+    k
+}
+
+fn starts_with_nibbles(key: &[u8], pos: &[u8]) -> bool {
+    pos.iter().enumerate().all(|(i, &n)| {
+        key.get(i / 2)
+            .is_some_and(|b| if i % 2 == 0 { b >> 4 == n } else { b & 15 == n })
+    })
+}
+
+/// An account record: the account and its storage trie's root entry.
+pub fn decode_account_record(v: &[u8]) -> Option<(Account, Option<ChildEntry>)> {
+    let (account, mut rest) = Account::from_store_prefix(v).ok()?;
+    if rest.is_empty() {
+        return Some((account, None));
+    }
+    let e = decode_entry(&mut rest)?;
+    rest.is_empty().then_some((account, Some(e)))
+}
+
+/// Loads account-trie nodes from a snapshot.
+struct AccountLoader<'a>(&'a Snapshot);
+
+/// Loads the nodes of one account's storage trie from a snapshot.
+struct StorageLoader<'a>(&'a Snapshot, B256);
+
+fn load_branch<V: crate::trie::TrieValue>(
+    snap: &Snapshot,
+    owner: Option<&B256>,
+    pos: &[u8],
+) -> Result<LoadedNode<V>, LoadError> {
+    let rec = snap
+        .get(&record_key(owner, pos))
+        .map_err(|e| LoadError::new(pos, e.to_string()))?
+        .ok_or_else(|| LoadError::new(pos, "branch record missing"))?;
+    let entries = decode_record(&rec).ok_or_else(|| LoadError::new(pos, "bad branch record"))?;
+    Ok(LoadedNode::Branch {
+        children: record_children(&entries),
+    })
+}
+
+/// The one key of `len` bytes under the nibble prefix `pos` (after `owner`), and its value.
+fn find_leaf(
+    snap: &Snapshot,
+    owner: Option<&B256>,
+    pos: &[u8],
+) -> Result<(Vec<u8>, Vec<u8>), LoadError> {
+    let skip = owner.map_or(0, |_| 32);
+    let mut from = owner.map_or(Vec::new(), |o| o.to_vec());
+    from.extend_from_slice(&pad(pos));
+    let mut found = None;
+    snap.scan_from(&from, |k, v| {
+        if !k.starts_with(&from[..skip]) || !starts_with_nibbles(&k[skip..], pos) {
+            return false;
+        }
+        if k.len() == skip + 32 {
+            found = Some((k.to_vec(), v.to_vec()));
+            return false;
+        }
+        true
+    })
+    .map_err(|e| LoadError::new(pos, e.to_string()))?;
+    found.ok_or_else(|| LoadError::new(pos, "leaf record missing"))
+}
+
+impl Loader<AccountLeaf> for AccountLoader<'_> {
+    fn load(&self, pos: &[u8], kind: StoredKind) -> Result<LoadedNode<AccountLeaf>, LoadError> {
+        match kind {
+            StoredKind::Branch => load_branch(self.0, None, pos),
+            StoredKind::Leaf => {
+                let (k, v) = find_leaf(self.0, None, pos)?;
+                let (account, entry) = decode_account_record(&v)
+                    .ok_or_else(|| LoadError::new(pos, "bad account record"))?;
+                Ok(LoadedNode::Leaf {
+                    path: nibbles(&k.try_into().expect("a 32-byte key"))[pos.len()..].into(),
+                    value: AccountLeaf {
+                        account,
+                        storage: Trie::from_entry(entry.as_ref()),
+                    },
+                })
+            }
+        }
+    }
+
+    fn exists(&self, path: &[u8]) -> Result<bool, LoadError> {
+        self.0
+            .get(&pad(path))
+            .map(|v| v.is_some())
+            .map_err(|e| LoadError::new(path, e.to_string()))
+    }
+}
+
+impl Loader<StorageValue> for StorageLoader<'_> {
+    fn load(&self, pos: &[u8], kind: StoredKind) -> Result<LoadedNode<StorageValue>, LoadError> {
+        match kind {
+            StoredKind::Branch => load_branch(self.0, Some(&self.1), pos),
+            StoredKind::Leaf => {
+                let (k, v) = find_leaf(self.0, Some(&self.1), pos)?;
+                if v.is_empty() || v.len() > 32 || v[0] == 0 {
+                    return Err(LoadError::new(pos, "bad storage value"));
+                }
+                Ok(LoadedNode::Leaf {
+                    path: nibbles(&k[32..].try_into().expect("a 64-byte key"))[pos.len()..].into(),
+                    value: StorageValue(v.into()),
+                })
+            }
+        }
+    }
+
+    fn exists(&self, path: &[u8]) -> Result<bool, LoadError> {
+        let mut k = self.1.to_vec();
+        k.extend_from_slice(&pad(path));
+        self.0
+            .get(&k)
+            .map(|v| v.is_some())
+            .map_err(|e| LoadError::new(path, e.to_string()))
+    }
 }
 
 /// One version of the world state; cloning is O(1).
 #[derive(Clone, Default)]
 pub struct State {
     accounts: Trie<AccountLeaf>,
+    /// The store root the stored nodes belong to (`None`: all in memory).
+    base: Option<Arc<Snapshot>>,
 }
 
 /// What a block did to one account (keys are hashed): finalization turns it into store writes.
@@ -39,9 +222,66 @@ pub struct AccountWrite {
 /// A block's writes by hashed address.
 pub type WriteLog = HashMap<B256, AccountWrite>;
 
+const CORRUPT: &str = "the state store was damaged after it was opened (use the try_ reads)";
+
 impl State {
     pub fn new() -> Self {
         State::default()
+    }
+
+    /// The state held by a store root: the account trie's root entry, checked against the
+    /// root the meta page names.
+    pub fn from_snapshot(snap: Arc<Snapshot>) -> Result<State, StateError> {
+        let entry = match snap.get(&ROOT_ENTRY_KEY)? {
+            None => None,
+            Some(v) => {
+                let mut b = &v[..];
+                let e = decode_entry(&mut b)
+                    .filter(|_| b.is_empty())
+                    .ok_or_else(|| StateError::Store("bad root entry".into()))?;
+                Some(e)
+            }
+        };
+        Ok(State {
+            accounts: Trie::from_entry(entry.as_ref()),
+            base: Some(snap),
+        })
+    }
+
+    /// The store root this state's stored nodes belong to.
+    pub fn base(&self) -> Option<&Arc<Snapshot>> {
+        self.base.as_ref()
+    }
+
+    /// Moves this state onto another store root holding the same stored nodes (a newer root
+    /// that finalized only blocks this state descends from), and with the subtrees below
+    /// `keep` nibbles (all stored by now) dropped from memory when `prune`.
+    pub(crate) fn rebase(&mut self, snap: Arc<Snapshot>, prune: Option<usize>) {
+        if let Some(keep) = prune {
+            self.accounts.prune_in_place(keep);
+        }
+        self.base = Some(snap);
+    }
+
+    fn account_loader(&self) -> Box<dyn Loader<AccountLeaf> + '_> {
+        match &self.base {
+            Some(s) => Box::new(AccountLoader(s)),
+            None => Box::new(NoLoader),
+        }
+    }
+
+    fn storage_loader(&self, haddr: &B256) -> Box<dyn Loader<StorageValue> + '_> {
+        match &self.base {
+            Some(s) => Box::new(StorageLoader(s, *haddr)),
+            None => Box::new(NoLoader),
+        }
+    }
+
+    fn base_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        match &self.base {
+            Some(s) => Ok(s.get(key)?),
+            None => Err(StateError::Store("a stored node without a store".into())),
+        }
     }
 
     /// The state root.
@@ -49,31 +289,125 @@ impl State {
         self.accounts.root_hash()
     }
 
+    /// The account at `addr` (panics only if the store was damaged after opening; see
+    /// [`State::try_account`]).
     pub fn account(&self, addr: &Address) -> Option<Account> {
-        self.account_hashed(&keccak256(addr))
+        self.try_account(addr).expect(CORRUPT)
+    }
+
+    pub fn try_account(&self, addr: &Address) -> Result<Option<Account>, StateError> {
+        self.try_account_hashed(&keccak256(addr))
     }
 
     pub fn account_hashed(&self, haddr: &B256) -> Option<Account> {
-        self.accounts.get(&nibbles(haddr)).map(|l| l.account)
+        self.try_account_hashed(haddr).expect(CORRUPT)
+    }
+
+    pub fn try_account_hashed(&self, haddr: &B256) -> Result<Option<Account>, StateError> {
+        match self.accounts.lookup(&nibbles(haddr)) {
+            Lookup::Found(l) => Ok(Some(l.account)),
+            Lookup::Absent => Ok(None),
+            Lookup::Stored => match self.base_get(haddr)? {
+                None => Ok(None),
+                Some(v) => decode_account_record(&v)
+                    .map(|(a, _)| Some(a))
+                    .ok_or_else(|| StateError::Store("bad account record".into())),
+            },
+        }
     }
 
     /// The value of a slot (zero when unset or when the account does not exist).
     pub fn storage(&self, addr: &Address, slot: &B256) -> U256 {
-        self.storage_hashed(&keccak256(addr), &keccak256(slot))
+        self.try_storage(addr, slot).expect(CORRUPT)
+    }
+
+    pub fn try_storage(&self, addr: &Address, slot: &B256) -> Result<U256, StateError> {
+        self.try_storage_hashed(&keccak256(addr), &keccak256(slot))
     }
 
     pub fn storage_hashed(&self, haddr: &B256, hslot: &B256) -> U256 {
-        self.accounts
-            .get(&nibbles(haddr))
-            .and_then(|l| l.storage.get(&nibbles(hslot)))
-            .map_or([0; 32], |v| v.to_u256())
+        self.try_storage_hashed(haddr, hslot).expect(CORRUPT)
+    }
+
+    pub fn try_storage_hashed(&self, haddr: &B256, hslot: &B256) -> Result<U256, StateError> {
+        let in_store = || -> Result<U256, StateError> {
+            let mut k = haddr.to_vec();
+            k.extend_from_slice(hslot);
+            match self.base_get(&k)? {
+                None => Ok([0; 32]),
+                Some(v) if !v.is_empty() && v.len() <= 32 => Ok(StorageValue(v.into()).to_u256()),
+                Some(_) => Err(StateError::Store("bad storage value".into())),
+            }
+        };
+        match self.accounts.lookup(&nibbles(haddr)) {
+            Lookup::Absent => Ok([0; 32]),
+            Lookup::Stored => in_store(),
+            Lookup::Found(l) => match l.storage.lookup(&nibbles(hslot)) {
+                Lookup::Found(v) => Ok(v.to_u256()),
+                Lookup::Absent => Ok([0; 32]),
+                Lookup::Stored => in_store(),
+            },
+        }
     }
 
     /// The storage root of an account (`None` when it does not exist).
     pub fn storage_root(&self, addr: &Address) -> Option<B256> {
-        self.accounts
-            .get(&nibbles(&keccak256(addr)))
-            .map(|l| l.storage.root_hash())
+        self.try_storage_root(addr).expect(CORRUPT)
+    }
+
+    pub fn try_storage_root(&self, addr: &Address) -> Result<Option<B256>, StateError> {
+        Ok(self
+            .account_leaf(&keccak256(addr))?
+            .map(|l| l.storage.root_hash()))
+    }
+
+    /// The leaf of an account (its fields and storage trie), loaded from the store if need be.
+    pub fn account_leaf(&self, haddr: &B256) -> Result<Option<AccountLeaf>, StateError> {
+        match self.accounts.lookup(&nibbles(haddr)) {
+            Lookup::Found(l) => Ok(Some(l.clone())),
+            Lookup::Absent => Ok(None),
+            Lookup::Stored => Ok(self
+                .accounts
+                .load_value(&nibbles(haddr), &*self.account_loader())?),
+        }
+    }
+
+    /// The proof nodes of `haddr` in the account trie (see `proof`).
+    pub(crate) fn account_proof(&self, haddr: &B256) -> Result<Vec<Vec<u8>>, StateError> {
+        Ok(self
+            .accounts
+            .proof(&nibbles(haddr), &*self.account_loader())?)
+    }
+
+    /// The proof nodes of `hslot` in the storage trie of `haddr`, whose leaf is `leaf`.
+    pub(crate) fn storage_proof(
+        &self,
+        haddr: &B256,
+        leaf: &AccountLeaf,
+        hslot: &B256,
+    ) -> Result<Vec<Vec<u8>>, StateError> {
+        Ok(leaf
+            .storage
+            .proof(&nibbles(hslot), &*self.storage_loader(haddr))?)
+    }
+
+    /// Positions on the way to `haddr` in the account trie where no branch is now, above any
+    /// stored node (see [`Trie::stale_positions`]).
+    pub(crate) fn stale_account_positions(&self, haddr: &B256) -> Vec<usize> {
+        self.accounts.stale_positions(&nibbles(haddr))
+    }
+
+    /// The in-memory leaf of an account written since the last finalization.
+    pub(crate) fn written_leaf(&self, haddr: &B256) -> Option<&AccountLeaf> {
+        match self.accounts.lookup(&nibbles(haddr)) {
+            Lookup::Found(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Account-trie nodes held in memory (the rest is in the page store).
+    pub fn nodes_in_memory(&self) -> usize {
+        self.accounts.nodes_in_memory()
     }
 
     pub(crate) fn account_trie(&self) -> &Trie<AccountLeaf> {
@@ -81,13 +415,22 @@ impl State {
     }
 
     /// Creates or updates an account (keeping its storage); `None` deletes it with its storage.
-    pub fn set_account_hashed(&mut self, haddr: &B256, account: Option<Account>) {
+    pub fn set_account_hashed(
+        &mut self,
+        haddr: &B256,
+        account: Option<Account>,
+    ) -> Result<(), StateError> {
         let path = nibbles(haddr);
+        let base = self.base.clone();
+        let loader: Box<dyn Loader<AccountLeaf>> = match &base {
+            Some(s) => Box::new(AccountLoader(s)),
+            None => Box::new(NoLoader),
+        };
         match account {
             None => {
-                self.accounts.remove(&path);
+                self.accounts.remove(&path, &*loader)?;
             }
-            Some(account) => match self.accounts.get_mut(&path) {
+            Some(account) => match self.accounts.get_mut(&path, &*loader)? {
                 Some(leaf) => leaf.account = account,
                 None => self.accounts.insert(
                     &path,
@@ -95,9 +438,11 @@ impl State {
                         account,
                         storage: Trie::new(),
                     },
-                ),
+                    &*loader,
+                )?,
             },
         }
+        Ok(())
     }
 
     /// Writes a slot of an existing account; zero deletes it.
@@ -108,20 +453,31 @@ impl State {
         value: &U256,
     ) -> Result<(), StateError> {
         let path = nibbles(haddr);
-        let Some(leaf) = self.accounts.get_mut(&path) else {
+        let base = self.base.clone();
+        let (aloader, sloader): (Box<dyn Loader<AccountLeaf>>, Box<dyn Loader<StorageValue>>) =
+            match &base {
+                Some(s) => (
+                    Box::new(AccountLoader(s)),
+                    Box::new(StorageLoader(s, *haddr)),
+                ),
+                None => (Box::new(NoLoader), Box::new(NoLoader)),
+            };
+        let Some(leaf) = self.accounts.get_mut(&path, &*aloader)? else {
             return Err(StateError::NoSuchAccount(hex::encode(haddr)));
         };
         let spath = nibbles(hslot);
         match StorageValue::new(value) {
-            Some(v) => leaf.storage.insert(&spath, v),
+            Some(v) => leaf.storage.insert(&spath, v, &*sloader)?,
             None => {
-                leaf.storage.remove(&spath);
+                leaf.storage.remove(&spath, &*sloader)?;
             }
         }
         Ok(())
     }
 
-    /// Visits every account (hashed address, account, storage trie) in hashed order.
+    /// Visits every account held in memory (hashed address, account, storage trie) in hashed
+    /// order: all of them for a state not backed by a store (such as
+    /// `genesis::state_from_json`'s); a store-backed state keeps most accounts in the store.
     pub fn for_each_account(&self, mut f: impl FnMut(B256, &Account, &Trie<StorageValue>)) {
         self.accounts
             .for_each(|path, leaf| f(pack(path), &leaf.account, &leaf.storage));
@@ -146,6 +502,8 @@ pub struct Writer {
     last: Option<(Address, B256)>,
     /// The last slot written and its hash (many accounts use the same low slots).
     last_slot: Option<(B256, B256)>,
+    /// The first write that failed for want of a readable store; the block cannot commit.
+    error: Option<StateError>,
 }
 
 impl Writer {
@@ -155,7 +513,14 @@ impl Writer {
             log: WriteLog::new(),
             last: None,
             last_slot: None,
+            error: None,
         }
+    }
+
+    /// The first write that failed because the store could not be read (the block cannot be
+    /// committed then).
+    pub fn error(&self) -> Option<&StateError> {
+        self.error.as_ref()
     }
 
     fn hash_address(&mut self, addr: &Address) -> B256 {
@@ -178,14 +543,25 @@ impl Writer {
         self.state.account(addr)
     }
 
+    pub fn try_account(&self, addr: &Address) -> Result<Option<Account>, StateError> {
+        self.state.try_account(addr)
+    }
+
     pub fn storage(&self, addr: &Address, slot: &B256) -> U256 {
         self.state.storage(addr, slot)
+    }
+
+    pub fn try_storage(&self, addr: &Address, slot: &B256) -> Result<U256, StateError> {
+        self.state.try_storage(addr, slot)
     }
 
     /// Creates or updates an account (keeping its storage); `None` deletes it and its storage.
     pub fn set_account(&mut self, addr: &Address, account: Option<Account>) {
         let haddr = self.hash_address(addr);
-        self.state.set_account_hashed(&haddr, account);
+        if let Err(e) = self.state.set_account_hashed(&haddr, account) {
+            self.error.get_or_insert(e);
+            return;
+        }
         let w = self.log.entry(haddr).or_default();
         if account.is_none() {
             w.wiped = true;
@@ -210,16 +586,24 @@ impl Writer {
                 h
             }
         };
-        self.state.set_storage_hashed(&haddr, &hslot, value)?;
-        let account = self.state.account_hashed(&haddr);
+        if let Err(e) = self.state.set_storage_hashed(&haddr, &hslot, value) {
+            if matches!(e, StateError::Store(_)) {
+                self.error.get_or_insert(e.clone());
+            }
+            return Err(e);
+        }
+        let account = self.state.try_account_hashed(&haddr)?;
         let w = self.log.entry(haddr).or_default();
         w.account = account;
         w.storage.insert(hslot, *value);
         Ok(())
     }
 
-    pub(crate) fn into_parts(self) -> (State, WriteLog) {
-        (self.state, self.log)
+    pub(crate) fn into_parts(self) -> Result<(State, WriteLog), StateError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok((self.state, self.log)),
+        }
     }
 
     /// The root of the state as written so far.

@@ -5,25 +5,33 @@
 //! File layout (all integers little-endian):
 //! ```text
 //! page 0, page 1: meta (written alternately; the valid one with the higher generation wins)
-//!   0..8    magic "PKSTATE\0"      8..12  version = 1      12..16 page size = 4096
+//!   0..8    magic "PKSTATE\0"      8..12  version = 2      12..16 page size = 4096
 //!   16..24  generation             24..32 block number     32..64 state root
 //!   64..68  root page (0 = empty)  68..72 page count (high-water mark)
-//!   72..104 keccak256(bytes 0..72)
+//!   72..76  first free-list page (0 = none)                76..80 free pages listed
+//!   80..112 keccak256(bytes 0..80)
 //! branch page: 0 kind = 1 | 1 depth | 2..8 zero | 8..1036 257 x u32 child page (0 = none):
 //!   slot 0 holds the key of length `depth`, slot 1 + b the keys whose byte at `depth` is b; a
 //!   run of neighbouring slots may share one leaf page (a leaf covers a range of slots, so
 //!   splitting a full leaf does not scatter it into 256 near-empty pages); a branch child has a
 //!   slot of its own
 //! leaf page:   0 kind = 2 | 1 depth | 2..4 count u16 | 4..8 zero | entries, sorted by key:
-//!   [key_len u8][value_len u8][key][value] ...
+//!   [key_len u8][value_len u16][key][value] ...
+//! free-list page: 0 kind = 3 | 1..4 zero | 4..8 count u32 | 8..12 next page | 12.. count x u32
 //! ```
 //!
-//! Copy-on-write: a change never writes a page the last committed root can reach; changed pages
-//! are written to pages from the free list or past the high-water mark, and the old ones are
-//! freed. A page freed by commit `g` was reachable from root `g - 1` only, so it is reused from
-//! commit `g + 1` on: whichever of the two meta pages survives a crash, its pages are intact.
-//! A page allocated and freed within one commit is reusable at once. On open, every page the
-//! durable root cannot reach is free.
+//! Copy-on-write: a change never writes a page a committed root still in use can reach; changed
+//! pages are written to pages from the free list or past the high-water mark, and the old ones are
+//! freed. A page freed by commit `g` was reachable from root `g - 1` (and maybe older ones): it
+//! is reused once commit `g` is done and no [`Snapshot`] of a root older than `g` is alive, so
+//! whichever of the two meta pages survives a crash, its pages are intact, and a reader holding
+//! a past root reads it unchanged while the writer goes on (on another thread too). A page
+//! allocated and freed within one commit is reusable at once.
+//!
+//! The free list is persisted: every commit writes the pages free after it (those no root but
+//! older ones can reach) as a chain of free-list pages named by the meta page, so opening reads
+//! the list instead of walking the tree; [`Store::check`] verifies it (free, reachable and
+//! free-list pages partition the file).
 //!
 //! Commit levels: `None` writes the meta page and flushes nothing (safe against a killed
 //! process, not against power loss); `FlushData` flushes the data pages before writing the meta
@@ -32,23 +40,34 @@
 #![deny(unsafe_code)]
 
 use crate::keccak::{keccak256, B256, EMPTY_ROOT};
-use crate::mapping::map_file;
-use memmap2::MmapMut;
-use std::fs::{File, OpenOptions};
+/// Bytes in a page.
+pub const PAGE: usize = crate::mapping::PAGE;
+use crate::mapping::Pages;
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::OpenOptions;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
-pub const PAGE: usize = 4096;
 const MAGIC: [u8; 8] = *b"PKSTATE\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const BRANCH: u8 = 1;
 const LEAF: u8 = 2;
+const FREE_LIST: u8 = 3;
 const HEADER: usize = 8;
+const ENTRY_HEADER: usize = 3;
 const FANOUT: usize = 257;
+/// Page ids one free-list page holds.
+const FREE_PER_PAGE: usize = (PAGE - 12) / 4;
+/// Address space reserved for a store in a file (its largest size).
+const RESERVE: usize = 1 << 40;
+/// Address space reserved for a store in memory unless told otherwise (more than this kind of
+/// machine has memory; only written pages take any).
+const MEMORY_RESERVE: usize = 64 << 30;
 /// The longest key.
-pub const MAX_KEY: usize = 64;
+pub const MAX_KEY: usize = 65;
 /// The longest value.
-pub const MAX_VALUE: usize = 255;
+pub const MAX_VALUE: usize = 2048;
 const FILE_NAME: &str = "state.pk";
 
 /// How much of a commit reaches the disk before `commit` returns.
@@ -85,7 +104,7 @@ pub enum StoreError {
     BadKey(usize),
     #[error("value of {0} bytes (at most 255 allowed)")]
     BadValue(usize),
-    #[error("the store is full (2^32 pages)")]
+    #[error("the store is full (its address-space reservation or 2^32 pages)")]
     Full,
 }
 
@@ -97,6 +116,9 @@ pub struct Meta {
     pub state_root: B256,
     pub root_page: u32,
     pub page_count: u32,
+    /// The first page of the persisted free list (0: none) and how many pages it lists.
+    pub free_head: u32,
+    pub free_count: u32,
 }
 
 impl Meta {
@@ -107,6 +129,8 @@ impl Meta {
             state_root: EMPTY_ROOT,
             root_page: 0,
             page_count: 2,
+            free_head: 0,
+            free_count: 0,
         }
     }
 
@@ -120,13 +144,15 @@ impl Meta {
         page[32..64].copy_from_slice(&self.state_root);
         page[64..68].copy_from_slice(&self.root_page.to_le_bytes());
         page[68..72].copy_from_slice(&self.page_count.to_le_bytes());
-        let sum = keccak256(&page[0..72]);
-        page[72..104].copy_from_slice(&sum);
+        page[72..76].copy_from_slice(&self.free_head.to_le_bytes());
+        page[76..80].copy_from_slice(&self.free_count.to_le_bytes());
+        let sum = keccak256(&page[0..80]);
+        page[80..112].copy_from_slice(&sum);
     }
 
     /// The meta in `page`, or `None` when torn or never written.
     fn read(page: &[u8]) -> Option<Meta> {
-        if page[0..8] != MAGIC || keccak256(&page[0..72])[..] != page[72..104] {
+        if page[0..8] != MAGIC || keccak256(&page[0..80])[..] != page[80..112] {
             return None;
         }
         let u32_at = |o: usize| u32::from_le_bytes(page[o..o + 4].try_into().expect("4 bytes"));
@@ -140,6 +166,8 @@ impl Meta {
             state_root: page[32..64].try_into().expect("32 bytes"),
             root_page: u32_at(64),
             page_count: u32_at(68),
+            free_head: u32_at(72),
+            free_count: u32_at(76),
         })
     }
 }
@@ -188,20 +216,85 @@ pub struct CheckReport {
 }
 
 pub struct Store {
-    map: MmapMut,
-    file: Option<File>,
+    pages: Arc<Pages>,
     /// The last committed meta.
     meta: Meta,
     root_page: u32,
     page_count: u32,
+    /// Bytes of the file (or of memory) backed so far.
+    backed: usize,
     /// Reusable now.
     free: Vec<u32>,
-    /// Freed since the last commit, reachable from the committed root: reusable after the commit.
+    /// Freed since the last commit, reachable from the committed root.
     pending: Vec<u32>,
+    /// Pages freed by commit `g`, waiting until no snapshot older than `g` is alive.
+    limbo: VecDeque<(u64, Vec<u32>)>,
+    /// Live snapshots by generation.
+    readers: Arc<Mutex<BTreeMap<u64, usize>>>,
+    /// The pages holding the free list of the last commit.
+    free_list_pages: Vec<u32>,
     /// Allocated since the last commit: a bitmap by page, and the list to clear it.
     fresh_bits: Vec<u64>,
     fresh: Vec<u32>,
     stats: CommitStats,
+}
+
+/// A committed root kept readable: its pages are not reused while the snapshot is alive, so it
+/// can be read on any thread while the writer goes on. Cheap to share (`Arc`).
+pub struct Snapshot {
+    pages: Arc<Pages>,
+    meta: Meta,
+    readers: Arc<Mutex<BTreeMap<u64, usize>>>,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut r = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = r.get_mut(&self.meta.generation) {
+            *n -= 1;
+            if *n == 0 {
+                r.remove(&self.meta.generation);
+            }
+        }
+    }
+}
+
+impl Snapshot {
+    fn view(&self) -> View<'_> {
+        View {
+            pages: &self.pages,
+            root: self.meta.root_page,
+            page_count: self.meta.page_count,
+        }
+    }
+
+    /// The meta of the root this snapshot holds.
+    pub fn meta(&self) -> Meta {
+        self.meta
+    }
+
+    /// The value of `key` at this root.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.view().get(key)
+    }
+
+    /// Visits the entries from the first key not below `from`, in key order, while `f` returns
+    /// true.
+    pub fn scan_from(
+        &self,
+        from: &[u8],
+        f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.view().scan_from(from, f)
+    }
+}
+
+/// A root of the page tree and the pages it may reach.
+#[derive(Clone, Copy)]
+struct View<'a> {
+    pages: &'a Pages,
+    root: u32,
+    page_count: u32,
 }
 
 /// The child slot of `key` in a branch at `depth`: 0 for the key that ends there, else
@@ -232,10 +325,71 @@ fn runs(children: &[u32; FANOUT]) -> impl Iterator<Item = (usize, usize, u32)> +
 
 /// Bytes a list of entries takes in a leaf page.
 fn entries_size(entries: &[(&[u8], &[u8])]) -> usize {
-    entries.iter().map(|(k, v)| 2 + k.len() + v.len()).sum()
+    entries
+        .iter()
+        .map(|(k, v)| ENTRY_HEADER + k.len() + v.len())
+        .sum()
 }
 
 const LEAF_CAPACITY: usize = PAGE - HEADER;
+
+/// The entries of a leaf page in order, bounds-checked: an overrun is an error item.
+struct LeafEntries<'a> {
+    id: u32,
+    page: &'a [u8],
+    left: usize,
+    at: usize,
+}
+
+impl<'a> LeafEntries<'a> {
+    fn new(id: u32, page: &'a [u8]) -> Self {
+        LeafEntries {
+            id,
+            page,
+            left: u16::from_le_bytes([page[2], page[3]]) as usize,
+            at: HEADER,
+        }
+    }
+}
+
+impl<'a> Iterator for LeafEntries<'a> {
+    type Item = Result<(&'a [u8], &'a [u8]), StoreError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        let (p, o) = (self.page, self.at);
+        let overrun = || StoreError::Corrupt(format!("leaf page {} overruns", self.id));
+        if o + ENTRY_HEADER > PAGE {
+            self.left = 0;
+            return Some(Err(overrun()));
+        }
+        let kl = p[o] as usize;
+        let vl = u16::from_le_bytes([p[o + 1], p[o + 2]]) as usize;
+        let end = o + ENTRY_HEADER + kl + vl;
+        if end > PAGE || kl == 0 || kl > MAX_KEY || vl > MAX_VALUE {
+            self.left = 0;
+            return Some(Err(overrun()));
+        }
+        self.left -= 1;
+        self.at = end;
+        let k = &p[o + ENTRY_HEADER..o + ENTRY_HEADER + kl];
+        Some(Ok((k, &p[o + ENTRY_HEADER + kl..end])))
+    }
+}
+
+/// Visits the entries of leaf page `id` (its bytes `p`), checking their bounds.
+fn parse_leaf<'a>(
+    id: u32,
+    p: &'a [u8],
+    mut f: impl FnMut(&'a [u8], &'a [u8]),
+) -> Result<(), StoreError> {
+    for e in LeafEntries::new(id, p) {
+        let (k, v) = e?;
+        f(k, v);
+    }
+    Ok(())
+}
 
 /// Sorted (key, value) pairs borrowed from a page copy and a batch.
 type Entries<'a> = Vec<(&'a [u8], &'a [u8])>;
@@ -251,12 +405,15 @@ impl Store {
     /// store (pages are only backed once touched), so that it need not be copied as it grows.
     pub fn open_reserving(dir: Option<&Path>, reserve: usize) -> Result<Store, StoreError> {
         let initial = 4096 * PAGE;
-        let (map, file, meta) = match dir {
+        let (pages, meta, backed) = match dir {
             None => {
-                let mut map = MmapMut::map_anon(reserve.max(initial).div_ceil(PAGE) * PAGE)?;
-                let meta = Meta::empty();
-                meta.write(&mut map[..PAGE]);
-                (map, None, meta)
+                let reserve = if reserve == 0 {
+                    MEMORY_RESERVE
+                } else {
+                    reserve
+                };
+                let pages = Pages::anonymous(reserve.max(initial).div_ceil(PAGE) * PAGE)?;
+                (pages, Meta::empty(), reserve)
             }
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;
@@ -270,21 +427,18 @@ impl Store {
                 let len = file.metadata()?.len() as usize;
                 if len == 0 {
                     file.set_len(initial as u64)?;
-                    let mut map = map_file(&file)?;
-                    let meta = Meta::empty();
-                    meta.write(&mut map[..PAGE]);
-                    map.flush()?;
-                    (map, Some(file), meta)
+                    // The meta page is written below, once the store owns the mapping.
+                    (Pages::file(file, RESERVE)?, Meta::empty(), initial)
                 } else {
-                    if len < 2 * PAGE || len % PAGE != 0 {
+                    if len < 2 * PAGE || len % PAGE != 0 || len > RESERVE {
                         return Err(StoreError::NotAStore(format!(
                             "{} has {len} bytes",
                             path.display()
                         )));
                     }
-                    let map = map_file(&file)?;
-                    let a = Meta::read(&map[..PAGE]);
-                    let b = Meta::read(&map[PAGE..2 * PAGE]);
+                    let pages = Pages::file(file, RESERVE)?;
+                    let a = Meta::read(pages.page(0));
+                    let b = Meta::read(pages.page(1));
                     let meta = match (a, b) {
                         (Some(a), Some(b)) => {
                             if a.generation >= b.generation {
@@ -304,37 +458,101 @@ impl Store {
                     if meta.page_count as usize * PAGE > len
                         || meta.page_count < 2
                         || meta.root_page >= meta.page_count
+                        || meta.free_head >= meta.page_count
                     {
                         return Err(StoreError::Corrupt(format!(
                             "meta page count {} beyond the file",
                             meta.page_count
                         )));
                     }
-                    (map, Some(file), meta)
+                    (pages, meta, len)
                 }
             }
         };
         let mut store = Store {
-            map,
-            file,
+            pages: Arc::new(pages),
             meta,
             root_page: meta.root_page,
             page_count: meta.page_count,
+            backed,
             free: Vec::new(),
             pending: Vec::new(),
+            limbo: VecDeque::new(),
+            readers: Arc::new(Mutex::new(BTreeMap::new())),
+            free_list_pages: Vec::new(),
             fresh_bits: Vec::new(),
             fresh: Vec::new(),
             stats: CommitStats::default(),
         };
-        let report = store.walk(|_, _| {})?;
-        let mut reachable = vec![false; store.page_count as usize];
-        store.mark(store.root_page, &mut reachable)?;
-        store.free = (2..store.page_count)
-            .rev()
-            .filter(|&p| !reachable[p as usize])
-            .collect();
-        debug_assert_eq!(report.free_pages as usize, store.free.len());
+        if meta.generation == 0 {
+            // A new store: its first meta page.
+            meta.write(store.page_mut(0));
+            store.pages.flush(0, 1)?;
+        }
+        let (free, chain) = store.read_free_list(&meta)?;
+        // Popped from the end: the lowest pages are reused first.
+        store.free = free;
+        store.free.sort_unstable_by(|a, b| b.cmp(a));
+        store.free_list_pages = chain;
         Ok(store)
+    }
+
+    /// The free list a meta names, and the pages holding it.
+    fn read_free_list(&self, meta: &Meta) -> Result<(Vec<u32>, Vec<u32>), StoreError> {
+        let mut free = Vec::with_capacity(meta.free_count as usize);
+        let mut chain = Vec::new();
+        let mut id = meta.free_head;
+        while id != 0 {
+            if id < 2 || id >= meta.page_count || chain.len() > meta.page_count as usize {
+                return Err(StoreError::Corrupt(format!(
+                    "free-list page {id} out of range"
+                )));
+            }
+            chain.push(id);
+            let p = self.pages.page(id);
+            let count = u32::from_le_bytes(p[4..8].try_into().expect("4 bytes")) as usize;
+            if p[0] != FREE_LIST || count > FREE_PER_PAGE {
+                return Err(StoreError::Corrupt(format!(
+                    "page {id} is not a free-list page"
+                )));
+            }
+            for i in 0..count {
+                let o = 12 + 4 * i;
+                let f = u32::from_le_bytes(p[o..o + 4].try_into().expect("4 bytes"));
+                if f < 2 || f >= meta.page_count {
+                    return Err(StoreError::Corrupt(format!("free page {f} out of range")));
+                }
+                free.push(f);
+            }
+            id = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
+        }
+        if free.len() != meta.free_count as usize {
+            return Err(StoreError::Corrupt(format!(
+                "free list holds {} pages, the meta says {}",
+                free.len(),
+                meta.free_count
+            )));
+        }
+        Ok((free, chain))
+    }
+
+    fn view(&self) -> View<'_> {
+        View {
+            pages: &self.pages,
+            root: self.root_page,
+            page_count: self.page_count,
+        }
+    }
+
+    /// A snapshot of the last committed root, readable on any thread until dropped.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        let mut r = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        *r.entry(self.meta.generation).or_default() += 1;
+        Arc::new(Snapshot {
+            pages: self.pages.clone(),
+            meta: self.meta,
+            readers: self.readers.clone(),
+        })
     }
 
     /// The last committed meta (block number, state root, generation).
@@ -348,34 +566,39 @@ impl Store {
     }
 
     fn page(&self, id: u32) -> &[u8] {
-        let o = id as usize * PAGE;
-        &self.map[o..o + PAGE]
+        self.pages.page(id)
     }
 
+    /// A page allocated since the last commit (no root reaches it) or a meta page, for
+    /// writing.
+    #[allow(unsafe_code)]
     fn page_mut(&mut self, id: u32) -> &mut [u8] {
-        let o = id as usize * PAGE;
-        &mut self.map[o..o + PAGE]
+        debug_assert!(id < 2 || self.fresh_bits[id as usize / 64] & (1 << (id % 64)) != 0);
+        // SAFETY: a meta page (readers never read meta pages through the mapping after open:
+        // a snapshot keeps its meta by value) or a page allocated since the last commit, which
+        // no root reaches, so no reader holds it; the store is the single writer and `&mut
+        // self` keeps it from holding any other slice of the mapping meanwhile.
+        unsafe { self.pages.page_mut(id) }
     }
 
     fn ensure_capacity(&mut self, pages: usize) -> Result<(), StoreError> {
+        if pages > self.pages.capacity() {
+            return Err(StoreError::Full);
+        }
         let need = pages * PAGE;
-        if need <= self.map.len() {
+        if need <= self.backed {
             return Ok(());
         }
-        let step = self.map.len().clamp(16 << 20, 1 << 30);
-        let new_len = (self.map.len() + step).max(need).div_ceil(PAGE) * PAGE;
-        match &self.file {
-            Some(file) => {
-                self.map.flush_async()?;
-                file.set_len(new_len as u64)?;
-                self.map = map_file(file)?;
-            }
-            None => {
-                let mut m = MmapMut::map_anon(new_len)?;
-                m[..self.map.len()].copy_from_slice(&self.map);
-                self.map = m;
-            }
+        let step = self.backed.clamp(16 << 20, 1 << 30);
+        let new_len = (self.backed + step)
+            .max(need)
+            .min(self.pages.capacity() * PAGE)
+            .div_ceil(PAGE)
+            * PAGE;
+        if let Some(file) = self.pages.file_handle() {
+            file.set_len(new_len as u64)?;
         }
+        self.backed = new_len;
         Ok(())
     }
 
@@ -426,6 +649,69 @@ impl Store {
     }
 
     fn kind(&self, id: u32) -> Result<u8, StoreError> {
+        self.view().kind(id)
+    }
+
+    fn children(&self, id: u32) -> [u32; FANOUT] {
+        self.view().children(id)
+    }
+
+    /// The value of `key` in the working (possibly uncommitted) tree.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.view().get(key)
+    }
+
+    /// Visits the entries of the working tree from the first key not below `from`, in key
+    /// order, while `f` returns true.
+    pub fn scan_from(
+        &self,
+        from: &[u8],
+        f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.view().scan_from(from, f)
+    }
+
+    /// Visits every entry in key order.
+    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) -> Result<(), StoreError> {
+        self.view().walk(|k, v| f(k, v)).map(|_| ())
+    }
+
+    /// Walks every reachable page, checking the tree's invariants (kinds, bounds, key order,
+    /// routing, no page reached twice), and checks that the persisted free list of the last
+    /// commit, the free-list pages and the pages its root reaches partition the file.
+    pub fn check(&self) -> Result<CheckReport, StoreError> {
+        let committed = View {
+            pages: &self.pages,
+            root: self.meta.root_page,
+            page_count: self.meta.page_count,
+        };
+        let mut report = committed.walk(|_, _| {})?;
+        let mut reachable = vec![false; self.meta.page_count as usize];
+        committed.mark(self.meta.root_page, &mut reachable)?;
+        let (free, chain) = self.read_free_list(&self.meta)?;
+        for &p in free.iter().chain(&chain) {
+            if std::mem::replace(&mut reachable[p as usize], true) {
+                return Err(StoreError::Corrupt(format!(
+                    "page {p} is both free and in use"
+                )));
+            }
+        }
+        if let Some(p) = (2..reachable.len()).find(|&p| !reachable[p]) {
+            return Err(StoreError::Corrupt(format!(
+                "page {p} is neither reachable nor free"
+            )));
+        }
+        report.free_pages = free.len() as u64;
+        Ok(report)
+    }
+}
+
+impl View<'_> {
+    fn page(&self, id: u32) -> &[u8] {
+        self.pages.page(id)
+    }
+
+    fn kind(&self, id: u32) -> Result<u8, StoreError> {
         if id < 2 || id >= self.page_count {
             return Err(StoreError::Corrupt(format!("page {id} out of range")));
         }
@@ -455,40 +741,8 @@ impl Store {
         )
     }
 
-    fn leaf_for_each(&self, id: u32, f: impl FnMut(&[u8], &[u8])) -> Result<(), StoreError> {
-        parse_leaf(id, self.page(id), f)
-    }
-}
-
-/// Visits the entries of leaf page `id` (its bytes `p`), checking their bounds.
-fn parse_leaf<'a>(
-    id: u32,
-    p: &'a [u8],
-    mut f: impl FnMut(&'a [u8], &'a [u8]),
-) -> Result<(), StoreError> {
-    {
-        let count = u16::from_le_bytes([p[2], p[3]]) as usize;
-        let mut o = HEADER;
-        for _ in 0..count {
-            if o + 2 > PAGE {
-                return Err(StoreError::Corrupt(format!("leaf page {id} overruns")));
-            }
-            let (kl, vl) = (p[o] as usize, p[o + 1] as usize);
-            let end = o + 2 + kl + vl;
-            if end > PAGE || kl == 0 || kl > MAX_KEY {
-                return Err(StoreError::Corrupt(format!("leaf page {id} overruns")));
-            }
-            f(&p[o + 2..o + 2 + kl], &p[o + 2 + kl..end]);
-            o = end;
-        }
-        Ok(())
-    }
-}
-
-impl Store {
-    /// The value of `key` in the working (possibly uncommitted) tree.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut id = self.root_page;
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut id = self.root;
         let mut depth = 0;
         loop {
             if id == 0 {
@@ -500,18 +754,11 @@ impl Store {
                 continue;
             }
             // Records are sorted: stop at the first key not below the one sought.
-            let p = self.page(id);
-            let count = u16::from_le_bytes([p[2], p[3]]) as usize;
-            let mut o = HEADER;
-            for _ in 0..count {
-                let (kl, vl) = (p[o] as usize, p[o + 1] as usize);
-                let end = o + 2 + kl + vl;
-                if o + 2 > PAGE || end > PAGE {
-                    return Err(StoreError::Corrupt(format!("leaf page {id} overruns")));
-                }
-                match p[o + 2..o + 2 + kl].cmp(key) {
-                    std::cmp::Ordering::Less => o = end,
-                    std::cmp::Ordering::Equal => return Ok(Some(p[o + 2 + kl..end].to_vec())),
+            for e in LeafEntries::new(id, self.page(id)) {
+                let (k, v) = e?;
+                match k.cmp(key) {
+                    std::cmp::Ordering::Less => {}
+                    std::cmp::Ordering::Equal => return Ok(Some(v.to_vec())),
                     std::cmp::Ordering::Greater => break,
                 }
             }
@@ -519,15 +766,49 @@ impl Store {
         }
     }
 
-    /// Visits every entry in key order.
-    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) -> Result<(), StoreError> {
-        self.walk(|k, v| f(k, v)).map(|_| ())
+    fn scan_from(
+        &self,
+        from: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.scan_page(self.root, 0, Some(from), &mut f).map(|_| ())
     }
 
-    /// Walks every reachable page, checking the tree's invariants (kinds, bounds, key order,
-    /// routing, no page reached twice), visiting every entry in key order.
-    pub fn check(&self) -> Result<CheckReport, StoreError> {
-        self.walk(|_, _| {})
+    /// In-order visit of page `id` at `depth`, skipping keys below `from` (`None`: the whole
+    /// page lies above it); false once `f` asked to stop.
+    fn scan_page(
+        &self,
+        id: u32,
+        depth: usize,
+        from: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<bool, StoreError> {
+        if id == 0 {
+            return Ok(true);
+        }
+        if self.kind(id)? == BRANCH {
+            let start = from.map_or(0, |k| slot(k, depth));
+            for (lo, hi, c) in runs(&self.children(id)) {
+                if hi < start || c == 0 {
+                    continue;
+                }
+                let child_from = if lo <= start { from } else { None };
+                if !self.scan_page(c, depth + 1, child_from, f)? {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
+        for e in LeafEntries::new(id, self.page(id)) {
+            let (k, v) = e?;
+            if from.is_some_and(|fr| k < fr) {
+                continue;
+            }
+            if !f(k, v) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn walk(&self, mut f: impl FnMut(&[u8], &[u8])) -> Result<CheckReport, StoreError> {
@@ -539,7 +820,7 @@ impl Store {
         let mut last: Option<Vec<u8>> = None;
         let mut prefix = Vec::new();
         self.walk_page(
-            self.root_page,
+            self.root,
             0,
             &mut prefix,
             None,
@@ -616,7 +897,7 @@ impl Store {
         }
         report.leaf_pages += 1;
         let mut bad = None;
-        self.leaf_for_each(id, |k, v| {
+        parse_leaf(id, self.page(id), |k, v| {
             if bad.is_none() {
                 let in_range = range.map_or(true, |(d, lo, hi)| (lo..=hi).contains(&slot(k, d)));
                 if !k.starts_with(prefix) || !in_range {
@@ -648,7 +929,9 @@ impl Store {
         }
         Ok(())
     }
+}
 
+impl Store {
     /// Applies a batch of writes to the working tree (visible to [`Store::get`] at once, durable
     /// after [`Store::commit`]).
     pub fn apply(&mut self, mut ops: Vec<Op>) -> Result<(), StoreError> {
@@ -859,10 +1142,11 @@ impl Store {
         let mut o = HEADER;
         for (k, v) in entries {
             p[o] = k.len() as u8;
-            p[o + 1] = v.len() as u8;
-            p[o + 2..o + 2 + k.len()].copy_from_slice(k);
-            p[o + 2 + k.len()..o + 2 + k.len() + v.len()].copy_from_slice(v);
-            o += 2 + k.len() + v.len();
+            p[o + 1..o + 3].copy_from_slice(&(v.len() as u16).to_le_bytes());
+            let kv = o + ENTRY_HEADER;
+            p[kv..kv + k.len()].copy_from_slice(k);
+            p[kv + k.len()..kv + k.len() + v.len()].copy_from_slice(v);
+            o = kv + k.len() + v.len();
         }
         Ok(id)
     }
@@ -887,27 +1171,92 @@ impl Store {
         state_root: B256,
         level: CommitLevel,
     ) -> Result<CommitStats, StoreError> {
-        if level >= CommitLevel::FlushData && self.file.is_some() {
-            self.map.flush()?;
+        let generation = self.meta.generation + 1;
+        let (free_head, free_count) = self.write_free_list()?;
+        if level >= CommitLevel::FlushData {
+            self.pages.flush(2, self.page_count)?;
         }
         let meta = Meta {
-            generation: self.meta.generation + 1,
+            generation,
             block_number,
             state_root,
             root_page: self.root_page,
             page_count: self.page_count,
+            free_head,
+            free_count,
         };
-        let slot = (meta.generation % 2) as usize;
-        meta.write(&mut self.map[slot * PAGE..(slot + 1) * PAGE]);
-        if level == CommitLevel::FlushDataAndRoot && self.file.is_some() {
-            self.map.flush_range(slot * PAGE, PAGE)?;
+        let slot = (meta.generation % 2) as u32;
+        meta.write(self.page_mut(slot));
+        if level == CommitLevel::FlushDataAndRoot {
+            self.pages.flush(slot, slot + 1)?;
         }
         self.meta = meta;
-        self.free.append(&mut self.pending);
+        let freed = std::mem::take(&mut self.pending);
+        self.limbo.push_back((generation, freed));
+        self.release_limbo();
         for id in self.fresh.drain(..) {
             self.fresh_bits[id as usize / 64] = 0;
         }
         Ok(std::mem::take(&mut self.stats))
+    }
+
+    /// Moves the pages freed by commits that no live snapshot predates to the free list.
+    fn release_limbo(&mut self) {
+        let oldest = {
+            let r = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+            r.keys().next().copied().unwrap_or(u64::MAX)
+        };
+        while let Some((g, _)) = self.limbo.front() {
+            if *g > oldest || *g > self.meta.generation {
+                break;
+            }
+            let (_, pages) = self.limbo.pop_front().expect("just looked");
+            self.free.extend(pages);
+        }
+    }
+
+    /// Writes the pages that will be free after this commit (everything its root cannot reach:
+    /// free, waiting for readers, freed by this commit, and the previous list's own pages) as a
+    /// chain of free-list pages; returns the chain's head and how many pages it lists.
+    fn write_free_list(&mut self) -> Result<(u32, u32), StoreError> {
+        for id in std::mem::take(&mut self.free_list_pages) {
+            self.release(id);
+        }
+        let total = self.free.len()
+            + self.pending.len()
+            + self.limbo.iter().map(|(_, p)| p.len()).sum::<usize>();
+        let need = total.div_ceil(FREE_PER_PAGE);
+        let mut chain = Vec::with_capacity(need);
+        for _ in 0..need {
+            chain.push(self.alloc()?);
+        }
+        // The chain's own pages came from `free` (popped) or past the high-water mark: the
+        // lists below no longer hold them.
+        let mut listed: Vec<u32> = Vec::with_capacity(total);
+        listed.extend_from_slice(&self.free);
+        listed.extend_from_slice(&self.pending);
+        for (_, p) in &self.limbo {
+            listed.extend_from_slice(p);
+        }
+        debug_assert!(listed.len() <= need * FREE_PER_PAGE);
+        let count = listed.len() as u32;
+        for (i, &id) in chain.iter().enumerate() {
+            let part = listed
+                .get(i * FREE_PER_PAGE..((i + 1) * FREE_PER_PAGE).min(listed.len()))
+                .unwrap_or(&[]);
+            let next = chain.get(i + 1).copied().unwrap_or(0);
+            let p = self.page_mut(id);
+            p.fill(0);
+            p[0] = FREE_LIST;
+            p[4..8].copy_from_slice(&(part.len() as u32).to_le_bytes());
+            p[8..12].copy_from_slice(&next.to_le_bytes());
+            for (j, f) in part.iter().enumerate() {
+                p[12 + 4 * j..16 + 4 * j].copy_from_slice(&f.to_le_bytes());
+            }
+        }
+        let head = chain.first().copied().unwrap_or(0);
+        self.free_list_pages = chain;
+        Ok((head, count))
     }
 
     /// Pages free for reuse now.
@@ -991,7 +1340,10 @@ mod tests {
                 let report = s.check().unwrap();
                 assert_eq!(report.entries as usize, model.len());
                 // Leaves split evenly: on average at least a third full.
-                let payload: usize = model.iter().map(|(k, v)| 2 + k.len() + v.len()).sum();
+                let payload: usize = model
+                    .iter()
+                    .map(|(k, v)| ENTRY_HEADER + k.len() + v.len())
+                    .sum();
                 assert!(
                     payload * 3 >= report.leaf_pages as usize * LEAF_CAPACITY,
                     "{report:?}, {payload} bytes"
@@ -1015,8 +1367,118 @@ mod tests {
         assert!(contents(&s).is_empty());
         s.commit(100, EMPTY_ROOT, CommitLevel::FlushDataAndRoot)
             .unwrap();
-        assert_eq!(s.free_pages(), s.page_count as usize - 2);
+        assert_eq!(
+            s.free_pages() + s.free_list_pages.len(),
+            s.page_count as usize - 2
+        );
+        assert_eq!(s.check().unwrap().free_pages, s.free_pages() as u64);
+        // The persisted free list is what reopening starts from.
+        let free: std::collections::BTreeSet<u32> = s.free.iter().copied().collect();
+        drop(s);
+        let s = Store::open(Some(&dir)).unwrap();
+        assert_eq!(
+            s.free
+                .iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>(),
+            free
+        );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_snapshot_reads_its_root_while_the_writer_goes_on() {
+        let mut s = Store::open(None).unwrap();
+        let key = |i: u32| keccak256(&i.to_le_bytes()).to_vec();
+        s.apply((0..3000).map(|i| Op::Put(key(i), vec![1; 40])).collect())
+            .unwrap();
+        s.commit(1, [1; 32], CommitLevel::None).unwrap();
+        let start = s.space_used();
+        let snap = s.snapshot();
+        let reader = std::thread::spawn(move || {
+            for _ in 0..20 {
+                for i in (0..3000).step_by(7) {
+                    assert_eq!(snap.get(&key(i)).unwrap(), Some(vec![1; 40]));
+                }
+                let mut n = 0;
+                snap.scan_from(&[], |_, v| {
+                    assert_eq!(v, &[1; 40]);
+                    n += 1;
+                    true
+                })
+                .unwrap();
+                assert_eq!(n, 3000);
+            }
+            snap
+        });
+        for round in 2..40u8 {
+            s.apply(
+                (0..3000)
+                    .step_by(3)
+                    .map(|i| Op::Put(key(i), vec![round; 40]))
+                    .collect(),
+            )
+            .unwrap();
+            s.commit(round as u64, [round; 32], CommitLevel::None)
+                .unwrap();
+        }
+        let snap = reader.join().unwrap();
+        let held = s.space_used();
+        assert_eq!(snap.get(&key(0)).unwrap(), Some(vec![1; 40]));
+        drop(snap);
+        // Once the snapshot is gone its pages are reused: the store stops growing.
+        for round in 40..80u8 {
+            s.apply(
+                (0..3000)
+                    .step_by(3)
+                    .map(|i| Op::Put(key(i), vec![round; 40]))
+                    .collect(),
+            )
+            .unwrap();
+            s.commit(round as u64, [round; 32], CommitLevel::None)
+                .unwrap();
+        }
+        // (Held, every round's changed pages stayed allocated.)
+        let (grew_held, grew_after) = (held - start, s.space_used() - held);
+        assert!(grew_after * 10 < grew_held, "{grew_held} then {grew_after}");
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn scan_from_starts_at_the_first_key_not_below() {
+        let mut s = Store::open(None).unwrap();
+        let keys: Vec<Vec<u8>> = (0..5000u32)
+            .map(|i| {
+                let h = keccak256(&i.to_le_bytes());
+                [h, keccak256(&h)].concat()[..(i as usize % 3) * 16 + 32].to_vec()
+            })
+            .collect();
+        s.apply(keys.iter().map(|k| Op::Put(k.clone(), vec![7])).collect())
+            .unwrap();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        for probe in keys.iter().step_by(97) {
+            for from in [
+                &probe[..1],
+                &probe[..5],
+                &probe[..],
+                &[probe.clone(), vec![0]].concat()[..],
+            ] {
+                let mut got = Vec::new();
+                s.scan_from(from, |k, _| {
+                    got.push(k.to_vec());
+                    got.len() < 5
+                })
+                .unwrap();
+                let want: Vec<Vec<u8>> = sorted
+                    .iter()
+                    .filter(|k| &k[..] >= from)
+                    .take(5)
+                    .cloned()
+                    .collect();
+                assert_eq!(got, want);
+            }
+        }
     }
 
     #[test]
@@ -1027,12 +1489,12 @@ mod tests {
             Err(StoreError::BadKey(0))
         ));
         assert!(matches!(
-            s.apply(vec![Op::Put(vec![1; 65], vec![1])]),
-            Err(StoreError::BadKey(65))
+            s.apply(vec![Op::Put(vec![1; MAX_KEY + 1], vec![1])]),
+            Err(StoreError::BadKey(66))
         ));
         assert!(matches!(
-            s.apply(vec![Op::Put(vec![1; 32], vec![1; 256])]),
-            Err(StoreError::BadValue(256))
+            s.apply(vec![Op::Put(vec![1; 32], vec![1; MAX_VALUE + 1])]),
+            Err(StoreError::BadValue(2049))
         ));
         let dir = std::env::temp_dir().join(format!("pk-store-bad-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1058,9 +1520,9 @@ mod tests {
         s.commit(1, [1; 32], CommitLevel::FlushDataAndRoot).unwrap();
         s.apply(vec![Op::Put(vec![1; 32], vec![2])]).unwrap();
         s.commit(2, [2; 32], CommitLevel::FlushDataAndRoot).unwrap();
-        let slot = (s.meta().generation % 2) as usize;
-        s.map[slot * PAGE + 40] ^= 1;
-        s.map.flush().unwrap();
+        let slot = (s.meta().generation % 2) as u32;
+        s.page_mut(slot)[40] ^= 1;
+        s.pages.flush(slot, slot + 1).unwrap();
         drop(s);
         let s = Store::open(Some(&dir)).unwrap();
         assert_eq!(s.meta().block_number, 1);

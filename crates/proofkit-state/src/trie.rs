@@ -11,10 +11,17 @@
 //! * Node encodings: leaf `[hp(path, leaf), value]`, extension `[hp(path), child]`, branch
 //!   `[c0..c15, ""]`; a child whose RLP is shorter than 32 bytes is embedded, longer ones are
 //!   referenced by hash; the root is always hashed.
+//! * Paged: a subtree that lives in the page store is a *stored* node (a leaf or a branch) of
+//!   which only the reference is in memory. Reading through one is the caller's business (the
+//!   flat records of the store hold every key); writing through one loads it first from its
+//!   position (a [`Loader`]), one node at a time, so a block loads only the nodes on its paths.
+//!   [`Trie::pruned`] turns the subtrees below a depth back into stored nodes once they are in
+//!   the store, so memory holds the top of the tree and the paths of unfinalized blocks only.
 #![deny(unsafe_code)]
 
 use crate::keccak::{keccak256, B256, EMPTY_ROOT};
 use crate::rlp;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A value stored in a leaf.
@@ -25,6 +32,88 @@ pub trait TrieValue: Clone + Send + Sync {
     /// Called with the values of the leaves about to be encoded together, so that work inside
     /// them (an account's storage root) can be batched first.
     fn prepare_batch(_values: &[&Self]) {}
+
+    /// The value as kept in memory once its node is in the store (an account leaf drops its
+    /// storage trie down to the root's reference).
+    fn pruned(&self) -> Self {
+        self.clone()
+    }
+}
+
+/// A node kept in the page store, of which memory holds only the reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredKind {
+    Leaf,
+    Branch,
+}
+
+/// Why a stored node could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("loading the trie node at path {path}: {reason}")]
+pub struct LoadError {
+    pub path: String,
+    pub reason: String,
+}
+
+impl LoadError {
+    pub fn new(path: &[u8], reason: impl Into<String>) -> Self {
+        LoadError {
+            path: path.iter().map(|n| format!("{n:x}")).collect(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Where stored nodes come from: the page store at the version the trie was built on.
+pub trait Loader<V> {
+    /// The node of `kind` at position `pos` (its nibble path from the root): a leaf with its
+    /// remaining path and value, or a branch whose children are stored nodes (extensions
+    /// below it already resolved).
+    fn load(&self, pos: &[u8], kind: StoredKind) -> Result<LoadedNode<V>, LoadError>;
+
+    /// Whether the key with the full nibble path `path` is present below a stored node.
+    fn exists(&self, path: &[u8]) -> Result<bool, LoadError>;
+}
+
+/// A node as a [`Loader`] gives it.
+pub enum LoadedNode<V> {
+    Leaf { path: Box<[u8]>, value: V },
+    Branch { children: Box<Children<V>> },
+}
+
+/// A trie with no stored nodes needs no loader.
+pub struct NoLoader;
+
+impl<V> Loader<V> for NoLoader {
+    fn load(&self, pos: &[u8], _: StoredKind) -> Result<LoadedNode<V>, LoadError> {
+        Err(LoadError::new(
+            pos,
+            "a stored node in a trie without a store",
+        ))
+    }
+    fn exists(&self, path: &[u8]) -> Result<bool, LoadError> {
+        Err(LoadError::new(
+            path,
+            "a stored node in a trie without a store",
+        ))
+    }
+}
+
+/// What [`Trie::lookup`] finds.
+pub enum Lookup<'a, V> {
+    Found(&'a V),
+    Absent,
+    /// The key's path enters a stored node: the answer is in the store.
+    Stored,
+}
+
+/// How a stored record refers to a child: a leaf or a branch by reference, or an extension by
+/// its path and its branch's reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChildEntry {
+    Leaf(NodeRef),
+    Branch(NodeRef),
+    Extension(Box<[u8]>, NodeRef),
 }
 
 /// How a parent refers to a node: its hash, or its RLP when that is shorter than 32 bytes.
@@ -35,7 +124,8 @@ pub struct NodeRef {
 }
 
 impl NodeRef {
-    fn from_rlp(rlp: &[u8]) -> Self {
+    /// The reference of a node with RLP `rlp`.
+    pub fn from_rlp(rlp: &[u8]) -> Self {
         if rlp.len() < 32 {
             let mut buf = [0u8; 32];
             buf[..rlp.len()].copy_from_slice(rlp);
@@ -59,6 +149,19 @@ impl NodeRef {
     /// The hash or the embedded RLP.
     pub fn bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
+    }
+
+    /// A reference from its bytes (32: a hash; fewer: embedded RLP).
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.is_empty() || b.len() > 32 {
+            return None;
+        }
+        let mut buf = [0u8; 32];
+        buf[..b.len()].copy_from_slice(b);
+        Some(NodeRef {
+            len: b.len() as u8,
+            buf,
+        })
     }
 
     fn encoded_len(&self) -> usize {
@@ -95,14 +198,23 @@ enum Node<V> {
     /// Stands in for a node while it is rebuilt in place; never seen outside `insert_arc` and
     /// `remove_slot`.
     Hole,
+    /// A node in the page store (its reference is cached).
+    Stored(StoredKind),
 }
 
-type Children<V> = [Option<Arc<Cell<V>>>; 16];
+/// The 16 children of a branch.
+pub type Children<V> = [Option<Arc<Cell<V>>>; 16];
+
+/// The node's record is in the store as it is (its subtree too).
+const STORED: u8 = 1;
+/// The subtree below the pruning depth is stored nodes only.
+const PRUNED: u8 = 2;
 
 /// A node and its cached reference.
 pub struct Cell<V> {
     node: Node<V>,
     cached: OnceLock<NodeRef>,
+    flags: AtomicU8,
 }
 
 impl<V: Clone> Clone for Cell<V> {
@@ -111,6 +223,7 @@ impl<V: Clone> Clone for Cell<V> {
         Cell {
             node: self.node.clone(),
             cached: OnceLock::new(),
+            flags: AtomicU8::new(0),
         }
     }
 }
@@ -120,7 +233,52 @@ impl<V> Cell<V> {
         Arc::new(Cell {
             node,
             cached: OnceLock::new(),
+            flags: AtomicU8::new(0),
         })
+    }
+
+    /// A node whose reference is known and whose record is in the store.
+    fn clean(node: Node<V>, r: NodeRef, flags: u8) -> Arc<Self> {
+        Arc::new(Cell {
+            node,
+            cached: OnceLock::from(r),
+            flags: AtomicU8::new(flags),
+        })
+    }
+
+    /// A stored node of `kind` with reference `r`.
+    pub fn stored(kind: StoredKind, r: NodeRef) -> Arc<Self> {
+        Cell::clean(Node::Stored(kind), r, STORED | PRUNED)
+    }
+
+    fn has(&self, flag: u8) -> bool {
+        self.flags.load(Ordering::Relaxed) & flag != 0
+    }
+
+    /// About to change: its reference and store state no longer hold.
+    fn touch(&mut self) {
+        self.cached = OnceLock::new();
+        *self.flags.get_mut() = 0;
+    }
+}
+
+/// The cell for a child entry of a stored record (an extension with its stored branch).
+pub fn entry_cell<V: TrieValue>(e: &ChildEntry) -> Arc<Cell<V>> {
+    match e {
+        ChildEntry::Leaf(r) => Cell::stored(StoredKind::Leaf, *r),
+        ChildEntry::Branch(r) => Cell::stored(StoredKind::Branch, *r),
+        ChildEntry::Extension(path, r) => {
+            let c = Arc::new(Cell {
+                node: Node::Extension {
+                    path: path.clone(),
+                    child: Cell::stored(StoredKind::Branch, *r),
+                },
+                cached: OnceLock::new(),
+                flags: AtomicU8::new(STORED | PRUNED),
+            });
+            node_ref(&c);
+            c
+        }
     }
 }
 
@@ -210,64 +368,183 @@ impl<V: TrieValue> Trie<V> {
         self.root.is_none()
     }
 
-    /// The value at `path`.
-    pub fn get(&self, path: &[u8]) -> Option<&V> {
-        let mut cur = self.root.as_ref()?;
+    /// A trie whose root is the stored record entry `e` (`None`: empty).
+    pub fn from_entry(e: Option<&ChildEntry>) -> Self {
+        Trie {
+            root: e.map(entry_cell),
+        }
+    }
+
+    /// How the root would be named in a stored record (`None` when empty).
+    pub fn root_entry(&self) -> Option<ChildEntry> {
+        self.root.as_deref().map(child_entry)
+    }
+
+    /// The value at `path`, as far as memory holds the trie.
+    pub fn lookup(&self, path: &[u8]) -> Lookup<'_, V> {
+        let Some(mut cur) = self.root.as_ref() else {
+            return Lookup::Absent;
+        };
         let mut path = path;
         loop {
             match &cur.node {
-                Node::Hole => return None,
-                Node::Leaf { path: p, value } => return (**p == *path).then_some(value),
+                Node::Hole => return Lookup::Absent,
+                Node::Stored(_) => return Lookup::Stored,
+                Node::Leaf { path: p, value } => {
+                    return if **p == *path {
+                        Lookup::Found(value)
+                    } else {
+                        Lookup::Absent
+                    }
+                }
                 Node::Extension { path: p, child } => {
-                    path = path.strip_prefix(&**p)?;
+                    let Some(rest) = path.strip_prefix(&**p) else {
+                        return Lookup::Absent;
+                    };
+                    path = rest;
                     cur = child;
                 }
                 Node::Branch { children } => {
-                    let (&i, rest) = path.split_first()?;
-                    cur = children[i as usize].as_ref()?;
+                    let Some((&i, rest)) = path.split_first() else {
+                        return Lookup::Absent;
+                    };
+                    let Some(c) = children[i as usize].as_ref() else {
+                        return Lookup::Absent;
+                    };
+                    cur = c;
                     path = rest;
                 }
             }
         }
     }
 
-    /// The value at `path` for changing in place: nodes on the path shared with other versions
-    /// are copied first, and their cached references dropped. Call only for a present key (an
-    /// absent one would copy nodes for nothing): it returns `None` then.
-    pub fn get_mut(&mut self, path: &[u8]) -> Option<&mut V> {
-        self.get(path)?;
-        let mut cur = Arc::make_mut(self.root.as_mut()?);
-        let mut path = path;
-        loop {
-            cur.cached = OnceLock::new();
-            match &mut cur.node {
-                Node::Hole => return None,
-                Node::Leaf { value, .. } => return Some(value),
-                Node::Extension { path: p, child } => {
-                    path = &path[p.len()..];
-                    cur = Arc::make_mut(child);
-                }
+    /// The value at `path` of a trie held wholly in memory (`None` too when the path enters a
+    /// stored node: use [`Trie::lookup`] for a paged trie).
+    pub fn get(&self, path: &[u8]) -> Option<&V> {
+        match self.lookup(path) {
+            Lookup::Found(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The depths `d` on the way to `path` at which no branch sits at `path[..d]`, down to the
+    /// first stored node (whose subtree is unchanged): where a removal may have left a stale
+    /// branch record.
+    pub fn stale_positions(&self, path: &[u8]) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut cur = self.root.as_ref();
+        let mut d = 0;
+        while let Some(c) = cur {
+            match &c.node {
+                Node::Stored(_) => return out,
                 Node::Branch { children } => {
-                    let c = children[path[0] as usize].as_mut()?;
-                    path = &path[1..];
-                    cur = Arc::make_mut(c);
+                    cur = children[path[d] as usize].as_ref();
+                    d += 1;
                 }
+                Node::Extension { path: p, child } => {
+                    if !path[d..].starts_with(p) {
+                        break;
+                    }
+                    out.extend(d..d + p.len());
+                    d += p.len();
+                    cur = Some(child);
+                }
+                Node::Leaf { .. } | Node::Hole => break,
+            }
+        }
+        out.extend(d..path.len());
+        out
+    }
+
+    /// Nodes held in memory (stored nodes count one each; values' own tries not counted).
+    pub fn nodes_in_memory(&self) -> usize {
+        fn count<V>(c: &Cell<V>) -> usize {
+            1 + match &c.node {
+                Node::Extension { child, .. } => count(child),
+                Node::Branch { children } => children.iter().flatten().map(|c| count(c)).sum(),
+                _ => 0,
+            }
+        }
+        self.root.as_deref().map_or(0, count)
+    }
+
+    /// Whether a branch sits at position `pos` (memory only: `false` inside stored subtrees).
+    pub fn lookup_branch(&self, pos: &[u8]) -> bool {
+        let Some(mut cur) = self.root.as_ref() else {
+            return false;
+        };
+        let mut path = pos;
+        loop {
+            match &cur.node {
+                Node::Branch { children } => match path.split_first() {
+                    None => return true,
+                    Some((&i, rest)) => match children[i as usize].as_ref() {
+                        Some(c) => {
+                            cur = c;
+                            path = rest;
+                        }
+                        None => return false,
+                    },
+                },
+                Node::Extension { path: p, child } => match path.strip_prefix(&**p) {
+                    Some(rest) => {
+                        cur = child;
+                        path = rest;
+                    }
+                    None => return false,
+                },
+                _ => return false,
             }
         }
     }
 
+    /// Whether `path` is present, asking the loader where memory does not know.
+    pub fn contains(&self, path: &[u8], loader: &dyn Loader<V>) -> Result<bool, LoadError> {
+        match self.lookup(path) {
+            Lookup::Found(_) => Ok(true),
+            Lookup::Absent => Ok(false),
+            Lookup::Stored => loader.exists(path),
+        }
+    }
+
+    /// The value at `path` for changing in place: nodes on the path shared with other versions
+    /// are copied first (stored ones loaded), and their cached references dropped; `None` when
+    /// absent (nothing is copied then).
+    pub fn get_mut(
+        &mut self,
+        path: &[u8],
+        loader: &dyn Loader<V>,
+    ) -> Result<Option<&mut V>, LoadError> {
+        if !self.contains(path, loader)? {
+            return Ok(None);
+        }
+        let root = self.root.as_mut().expect("present, so not empty");
+        get_mut_at(root, &mut Vec::with_capacity(64), path, loader)
+    }
+
     /// Sets the value at `path` (all keys of one trie must have the same length).
-    pub fn insert(&mut self, path: &[u8], value: V) {
-        insert_slot(&mut self.root, path, value);
+    pub fn insert(
+        &mut self,
+        path: &[u8],
+        value: V,
+        loader: &dyn Loader<V>,
+    ) -> Result<(), LoadError> {
+        insert_slot(
+            &mut self.root,
+            &mut Vec::with_capacity(64),
+            path,
+            value,
+            loader,
+        )
     }
 
     /// Removes the value at `path`; returns whether it was present.
-    pub fn remove(&mut self, path: &[u8]) -> bool {
-        if self.get(path).is_none() {
-            return false;
+    pub fn remove(&mut self, path: &[u8], loader: &dyn Loader<V>) -> Result<bool, LoadError> {
+        if !self.contains(path, loader)? {
+            return Ok(false);
         }
-        remove_slot(&mut self.root, path);
-        true
+        remove_slot(&mut self.root, &mut Vec::with_capacity(64), path, loader)?;
+        Ok(true)
     }
 
     /// The root hash (the empty-trie root when empty), hashing the nodes written since the last
@@ -290,42 +567,110 @@ impl<V: TrieValue> Trie<V> {
     }
 
     /// The RLP of the nodes on the way to `path` that are referenced by hash (the root first), as
-    /// `eth_getProof` lists them; embedded nodes are inside their parents.
-    pub fn proof(&self, path: &[u8]) -> Vec<Vec<u8>> {
+    /// `eth_getProof` lists them; embedded nodes are inside their parents. Stored nodes on the
+    /// way are loaded (and not kept).
+    pub fn proof(&self, path: &[u8], loader: &dyn Loader<V>) -> Result<Vec<Vec<u8>>, LoadError> {
         let mut out = Vec::new();
-        let Some(mut cur) = self.root.as_ref() else {
-            return out;
+        let Some(mut cur) = self.root.clone() else {
+            return Ok(out);
         };
-        let mut path = path;
+        let mut pos = Vec::with_capacity(64);
         let mut first = true;
         loop {
-            if first || node_ref(cur).is_hash() {
+            if let Node::Stored(kind) = cur.node {
+                cur = load_cell(&cur, &pos, kind, loader)?;
+            }
+            if first || node_ref(&cur).is_hash() {
                 let mut rlp = Vec::new();
-                encode(cur, &mut rlp);
+                encode(&cur, &mut rlp);
                 out.push(rlp);
             }
             first = false;
-            match &cur.node {
-                Node::Hole => return out,
-                Node::Leaf { .. } => return out,
+            let rest = &path[pos.len()..];
+            let next = match &cur.node {
+                Node::Hole | Node::Stored(_) | Node::Leaf { .. } => return Ok(out),
                 Node::Extension { path: p, child } => {
-                    let Some(rest) = path.strip_prefix(&**p) else {
-                        return out;
-                    };
-                    path = rest;
-                    cur = child;
+                    if !rest.starts_with(p) {
+                        return Ok(out);
+                    }
+                    pos.extend_from_slice(p);
+                    child.clone()
                 }
                 Node::Branch { children } => {
-                    let Some((&i, rest)) = path.split_first() else {
-                        return out;
+                    let Some(&i) = rest.first() else {
+                        return Ok(out);
                     };
                     let Some(c) = children[i as usize].as_ref() else {
-                        return out;
+                        return Ok(out);
                     };
-                    cur = c;
-                    path = rest;
+                    pos.push(i);
+                    c.clone()
                 }
+            };
+            cur = next;
+        }
+    }
+
+    /// The leaf value at `path`, loading stored nodes on the way (not kept).
+    pub fn load_value(&self, path: &[u8], loader: &dyn Loader<V>) -> Result<Option<V>, LoadError> {
+        let Some(mut cur) = self.root.clone() else {
+            return Ok(None);
+        };
+        let mut pos = Vec::with_capacity(64);
+        loop {
+            if let Node::Stored(kind) = cur.node {
+                cur = load_cell(&cur, &pos, kind, loader)?;
             }
+            let rest = &path[pos.len()..];
+            let next = match &cur.node {
+                Node::Hole | Node::Stored(_) => return Ok(None),
+                Node::Leaf { path: p, value } => {
+                    return Ok((**p == *rest).then(|| value.clone()));
+                }
+                Node::Extension { path: p, child } => {
+                    if !rest.starts_with(p) {
+                        return Ok(None);
+                    }
+                    pos.extend_from_slice(p);
+                    child.clone()
+                }
+                Node::Branch { children } => {
+                    let Some(&i) = rest.first() else {
+                        return Ok(None);
+                    };
+                    let Some(c) = children[i as usize].as_ref() else {
+                        return Ok(None);
+                    };
+                    pos.push(i);
+                    c.clone()
+                }
+            };
+            cur = next;
+        }
+    }
+
+    /// This trie with the nodes at depth `keep` and below replaced by stored nodes (call once
+    /// every node is in the store); nodes above stay in memory, their values pruned by
+    /// [`TrieValue::pruned`]. Walks only what changed since the last pruning.
+    pub fn pruned(&self, keep: usize) -> Trie<V> {
+        Trie {
+            root: self.root.as_ref().map(|r| prune(r, 0, keep)),
+        }
+    }
+
+    /// [`Trie::pruned`] in place: nodes this version alone holds are changed where they are
+    /// (no copy, nothing of the old tree to drop); shared ones are copied.
+    pub fn prune_in_place(&mut self, keep: usize) {
+        if let Some(r) = &mut self.root {
+            prune_mut(r, 0, keep);
+        }
+    }
+
+    /// Visits the branches whose records are not in the store (position, record), and marks
+    /// every node as stored; call after the root was computed, then write what it visited.
+    pub fn take_dirty(&self, mut f: impl FnMut(&[u8], Vec<u8>)) {
+        if let Some(r) = &self.root {
+            dirty(r, &mut Vec::with_capacity(64), &mut f);
         }
     }
 
@@ -341,11 +686,12 @@ impl<V: TrieValue> Trie<V> {
         }
     }
 
-    /// Visits every (path, value) in path order.
+    /// Visits every (path, value) held in memory, in path order (all of them for a trie that
+    /// was never pruned; stored subtrees are skipped).
     pub fn for_each(&self, mut f: impl FnMut(&[u8], &V)) {
         fn walk<V>(cell: &Cell<V>, prefix: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], &V)) {
             match &cell.node {
-                Node::Hole => {}
+                Node::Hole | Node::Stored(_) => {}
                 Node::Leaf { path, value } => {
                     let n = prefix.len();
                     prefix.extend_from_slice(path);
@@ -386,19 +732,95 @@ fn placeholder<V>() -> Node<V> {
     Node::Hole
 }
 
-fn insert_slot<V: TrieValue>(slot: &mut Option<Arc<Cell<V>>>, path: &[u8], value: V) {
-    match slot {
-        None => *slot = Some(new_leaf(path, value)),
-        Some(arc) => insert_arc(arc, path, value),
+/// A stored node `cell` at `pos`, loaded (its reference kept, its record still stored).
+fn load_cell<V: TrieValue>(
+    cell: &Cell<V>,
+    pos: &[u8],
+    kind: StoredKind,
+    loader: &dyn Loader<V>,
+) -> Result<Arc<Cell<V>>, LoadError> {
+    let node = match loader.load(pos, kind)? {
+        LoadedNode::Leaf { path, value } => Node::Leaf { path, value },
+        LoadedNode::Branch { children } => Node::Branch { children },
+    };
+    let r = *cell
+        .cached
+        .get()
+        .ok_or_else(|| LoadError::new(pos, "stored node without a reference"))?;
+    Ok(Cell::clean(node, r, STORED))
+}
+
+/// Replaces a stored node in `arc` by its loaded form.
+fn materialize<V: TrieValue>(
+    arc: &mut Arc<Cell<V>>,
+    pos: &[u8],
+    loader: &dyn Loader<V>,
+) -> Result<(), LoadError> {
+    if let Node::Stored(kind) = arc.node {
+        *arc = load_cell(arc, pos, kind, loader)?;
+    }
+    Ok(())
+}
+
+fn get_mut_at<'a, V: TrieValue>(
+    arc: &'a mut Arc<Cell<V>>,
+    pos: &mut Vec<u8>,
+    path: &[u8],
+    loader: &dyn Loader<V>,
+) -> Result<Option<&'a mut V>, LoadError> {
+    materialize(arc, pos, loader)?;
+    let cell = Arc::make_mut(arc);
+    cell.touch();
+    match &mut cell.node {
+        Node::Hole | Node::Stored(_) => Ok(None),
+        Node::Leaf { value, .. } => Ok(Some(value)),
+        Node::Extension { path: p, child } => {
+            let n = p.len();
+            pos.extend_from_slice(p);
+            get_mut_at(child, pos, &path[n..], loader)
+        }
+        Node::Branch { children } => match children[path[0] as usize].as_mut() {
+            Some(c) => {
+                pos.push(path[0]);
+                get_mut_at(c, pos, &path[1..], loader)
+            }
+            None => Ok(None),
+        },
     }
 }
 
-fn insert_arc<V: TrieValue>(arc: &mut Arc<Cell<V>>, path: &[u8], value: V) {
+fn insert_slot<V: TrieValue>(
+    slot: &mut Option<Arc<Cell<V>>>,
+    pos: &mut Vec<u8>,
+    path: &[u8],
+    value: V,
+    loader: &dyn Loader<V>,
+) -> Result<(), LoadError> {
+    match slot {
+        None => {
+            *slot = Some(new_leaf(path, value));
+            Ok(())
+        }
+        Some(arc) => insert_arc(arc, pos, path, value, loader),
+    }
+}
+
+fn insert_arc<V: TrieValue>(
+    arc: &mut Arc<Cell<V>>,
+    pos: &mut Vec<u8>,
+    path: &[u8],
+    value: V,
+    loader: &dyn Loader<V>,
+) -> Result<(), LoadError> {
+    materialize(arc, pos, loader)?;
     let cell = Arc::make_mut(arc);
-    cell.cached = OnceLock::new();
+    cell.touch();
     let node = std::mem::replace(&mut cell.node, placeholder());
+    let mut result = Ok(());
     cell.node = match node {
-        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+        Node::Hole | Node::Stored(_) => {
+            unreachable!("loaded above; a hole only exists while its node is rebuilt")
+        }
         Node::Leaf {
             path: lp,
             value: lv,
@@ -419,7 +841,10 @@ fn insert_arc<V: TrieValue>(arc: &mut Arc<Cell<V>>, path: &[u8], value: V) {
         } => {
             let c = common_prefix(&ep, path);
             if c == ep.len() {
-                insert_arc(&mut child, &path[c..], value);
+                let n = pos.len();
+                pos.extend_from_slice(&ep);
+                result = insert_arc(&mut child, pos, &path[c..], value, loader);
+                pos.truncate(n);
                 Node::Extension { path: ep, child }
             } else {
                 let mut children: Box<Children<V>> = Default::default();
@@ -437,10 +862,19 @@ fn insert_arc<V: TrieValue>(arc: &mut Arc<Cell<V>>, path: &[u8], value: V) {
             }
         }
         Node::Branch { mut children } => {
-            insert_slot(&mut children[path[0] as usize], &path[1..], value);
+            pos.push(path[0]);
+            result = insert_slot(
+                &mut children[path[0] as usize],
+                pos,
+                &path[1..],
+                value,
+                loader,
+            );
+            pos.pop();
             Node::Branch { children }
         }
     };
+    result
 }
 
 fn wrap_extension<V>(prefix: &[u8], branch: Node<V>) -> Node<V> {
@@ -456,44 +890,83 @@ fn wrap_extension<V>(prefix: &[u8], branch: Node<V>) -> Node<V> {
 
 /// Removes `path`, which must be present; keeps the trie canonical (no branch with a single
 /// child, no extension pointing at a leaf or an extension).
-fn remove_slot<V: TrieValue>(slot: &mut Option<Arc<Cell<V>>>, path: &[u8]) {
-    let Some(arc) = slot else { return };
-    if matches!(arc.node, Node::Leaf { .. }) {
+fn remove_slot<V: TrieValue>(
+    slot: &mut Option<Arc<Cell<V>>>,
+    pos: &mut Vec<u8>,
+    path: &[u8],
+    loader: &dyn Loader<V>,
+) -> Result<(), LoadError> {
+    let Some(arc) = slot else { return Ok(()) };
+    if matches!(arc.node, Node::Leaf { .. } | Node::Stored(StoredKind::Leaf)) {
         *slot = None;
-        return;
+        return Ok(());
     }
+    materialize(arc, pos, loader)?;
     let cell = Arc::make_mut(arc);
-    cell.cached = OnceLock::new();
+    cell.touch();
     let node = std::mem::replace(&mut cell.node, placeholder());
+    let mut result;
     cell.node = match node {
-        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+        Node::Hole | Node::Stored(_) => {
+            unreachable!("loaded above; a hole only exists while its node is rebuilt")
+        }
         Node::Leaf { .. } => unreachable!("handled above"),
         Node::Extension { path: ep, child } => {
             let mut c = Some(child);
-            remove_slot(&mut c, &path[ep.len()..]);
+            let n = pos.len();
+            pos.extend_from_slice(&ep);
+            result = remove_slot(&mut c, pos, &path[ep.len()..], loader);
+            pos.truncate(n);
             // A branch below an extension holds two or more keys, so one is left.
             let child = c.expect("an extension's branch keeps at least one key");
-            prepend(&ep, child)
+            match prepend(&ep, child, pos, loader) {
+                Ok(node) => node,
+                Err(e) => {
+                    result = Err(e);
+                    Node::Hole
+                }
+            }
         }
         Node::Branch { mut children } => {
-            remove_slot(&mut children[path[0] as usize], &path[1..]);
+            pos.push(path[0]);
+            result = remove_slot(&mut children[path[0] as usize], pos, &path[1..], loader);
+            pos.pop();
             let mut live = children.iter().enumerate().filter(|(_, c)| c.is_some());
             let first = live.next().map(|(i, _)| i);
             let more = live.next().is_some();
             match (first, more) {
                 (Some(i), false) => {
                     let only = children[i].take().expect("counted above");
-                    prepend(&[i as u8], only)
+                    pos.push(i as u8);
+                    let merged = prepend(&[i as u8], only, pos, loader);
+                    pos.pop();
+                    match merged {
+                        Ok(node) => node,
+                        Err(e) => {
+                            result = Err(e);
+                            Node::Hole
+                        }
+                    }
                 }
                 _ => Node::Branch { children },
             }
         }
     };
+    result
 }
 
-/// The node `prefix ++ child`: merges into a leaf or an extension child, or extends a branch.
-fn prepend<V: TrieValue>(prefix: &[u8], child: Arc<Cell<V>>) -> Node<V> {
-    match &child.node {
+/// The node `prefix ++ child` (`child` at position `pos`): merges into a leaf or an extension
+/// child (a stored leaf is loaded for that), or extends a branch.
+fn prepend<V: TrieValue>(
+    prefix: &[u8],
+    mut child: Arc<Cell<V>>,
+    pos: &[u8],
+    loader: &dyn Loader<V>,
+) -> Result<Node<V>, LoadError> {
+    if matches!(child.node, Node::Stored(StoredKind::Leaf)) {
+        materialize(&mut child, pos, loader)?;
+    }
+    Ok(match &child.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Leaf { path, value } => Node::Leaf {
             path: concat(prefix, path),
@@ -503,11 +976,219 @@ fn prepend<V: TrieValue>(prefix: &[u8], child: Arc<Cell<V>>) -> Node<V> {
             path: concat(prefix, path),
             child: grand.clone(),
         },
-        Node::Branch { .. } => Node::Extension {
+        Node::Branch { .. } | Node::Stored(StoredKind::Branch) => Node::Extension {
             path: prefix.into(),
             child,
         },
+        Node::Stored(StoredKind::Leaf) => unreachable!("loaded above"),
+    })
+}
+
+/// How a record names `cell` (its reference must be cached).
+fn child_entry<V: TrieValue>(cell: &Cell<V>) -> ChildEntry {
+    match &cell.node {
+        Node::Leaf { .. } | Node::Stored(StoredKind::Leaf) => ChildEntry::Leaf(node_ref(cell)),
+        Node::Branch { .. } | Node::Stored(StoredKind::Branch) => {
+            ChildEntry::Branch(node_ref(cell))
+        }
+        Node::Extension { path, child } => ChildEntry::Extension(path.clone(), node_ref(child)),
+        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
+}
+
+/// The stored record of a branch: its children's entries.
+fn branch_record<V: TrieValue>(children: &Children<V>) -> Vec<u8> {
+    let entries: [Option<ChildEntry>; 16] =
+        std::array::from_fn(|i| children[i].as_deref().map(child_entry));
+    encode_record(&entries)
+}
+
+/// Record layout: a u16 bitmap of the present children (bit i: child i), then each present
+/// child's entry (see [`encode_entry`]).
+pub fn encode_record(entries: &[Option<ChildEntry>; 16]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + 34 * 16);
+    let bits = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.is_some())
+        .fold(0u16, |b, (i, _)| b | 1 << i);
+    out.extend_from_slice(&bits.to_le_bytes());
+    for e in entries.iter().flatten() {
+        encode_entry(e, &mut out);
+    }
+    out
+}
+
+/// Entry layout: `[tag: 0 leaf, 1 branch, 2 extension]` then, for an extension, `[path length
+/// u8][path nibbles packed, high first]`, then `[reference length u8][reference]` (of the
+/// leaf or branch; for an extension, of its branch).
+pub fn encode_entry(e: &ChildEntry, out: &mut Vec<u8>) {
+    let r = match e {
+        ChildEntry::Leaf(r) => {
+            out.push(0);
+            r
+        }
+        ChildEntry::Branch(r) => {
+            out.push(1);
+            r
+        }
+        ChildEntry::Extension(p, r) => {
+            out.push(2);
+            out.push(p.len() as u8);
+            for pair in p.chunks(2) {
+                out.push((pair[0] << 4) | pair.get(1).copied().unwrap_or(0));
+            }
+            r
+        }
+    };
+    out.push(r.len);
+    out.extend_from_slice(r.bytes());
+}
+
+/// Decodes one entry from the front of `b`; `None` when malformed.
+pub fn decode_entry(b: &mut &[u8]) -> Option<ChildEntry> {
+    let (&tag, rest) = b.split_first()?;
+    *b = rest;
+    let ext = if tag == 2 {
+        let (&n, rest) = b.split_first()?;
+        let n = n as usize;
+        let bytes = rest.get(..n.div_ceil(2))?;
+        let path: Box<[u8]> = (0..n)
+            .map(|i| {
+                if i % 2 == 0 {
+                    bytes[i / 2] >> 4
+                } else {
+                    bytes[i / 2] & 15
+                }
+            })
+            .collect();
+        if n == 0 || (n % 2 == 1 && bytes[n / 2] & 15 != 0) {
+            return None;
+        }
+        *b = &rest[n.div_ceil(2)..];
+        Some(path)
+    } else if tag > 2 {
+        return None;
+    } else {
+        None
+    };
+    let (&len, rest) = b.split_first()?;
+    let r = NodeRef::from_bytes(rest.get(..len as usize)?)?;
+    *b = &rest[len as usize..];
+    Some(match (tag, ext) {
+        (0, _) => ChildEntry::Leaf(r),
+        (1, _) => ChildEntry::Branch(r),
+        (_, Some(p)) => ChildEntry::Extension(p, r),
+        _ => return None,
+    })
+}
+
+/// Decodes a branch record into its children's entries; `None` when malformed (fewer than two
+/// children, trailing bytes, a bad entry).
+pub fn decode_record(mut b: &[u8]) -> Option<[Option<ChildEntry>; 16]> {
+    let bits = u16::from_le_bytes(b.get(..2)?.try_into().ok()?);
+    if bits.count_ones() < 2 {
+        return None;
+    }
+    b = &b[2..];
+    let mut out: [Option<ChildEntry>; 16] = Default::default();
+    for (i, slot) in out.iter_mut().enumerate() {
+        if bits & (1 << i) != 0 {
+            *slot = Some(decode_entry(&mut b)?);
+        }
+    }
+    b.is_empty().then_some(out)
+}
+
+/// The branch of a decoded record, its children as stored nodes.
+pub fn record_children<V: TrieValue>(entries: &[Option<ChildEntry>; 16]) -> Box<Children<V>> {
+    Box::new(std::array::from_fn(|i| entries[i].as_ref().map(entry_cell)))
+}
+
+fn prune<V: TrieValue>(cell: &Arc<Cell<V>>, depth: usize, keep: usize) -> Arc<Cell<V>> {
+    if cell.has(PRUNED) {
+        return cell.clone();
+    }
+    let r = node_ref(cell);
+    let node = match &cell.node {
+        Node::Stored(_) => return cell.clone(),
+        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+        Node::Leaf { .. } if depth >= keep => return Cell::stored(StoredKind::Leaf, r),
+        Node::Branch { .. } if depth >= keep => return Cell::stored(StoredKind::Branch, r),
+        Node::Leaf { path, value } => Node::Leaf {
+            path: path.clone(),
+            value: value.pruned(),
+        },
+        Node::Extension { path, child } => Node::Extension {
+            path: path.clone(),
+            child: prune(child, depth + path.len(), keep),
+        },
+        Node::Branch { children } => Node::Branch {
+            children: Box::new(std::array::from_fn(|i| {
+                children[i].as_ref().map(|c| prune(c, depth + 1, keep))
+            })),
+        },
+    };
+    Cell::clean(node, r, STORED | PRUNED)
+}
+
+fn prune_mut<V: TrieValue>(arc: &mut Arc<Cell<V>>, depth: usize, keep: usize) {
+    if arc.has(PRUNED) {
+        return;
+    }
+    let r = node_ref(arc);
+    let kind = match &arc.node {
+        Node::Stored(_) => return,
+        Node::Leaf { .. } => Some(StoredKind::Leaf),
+        Node::Branch { .. } => Some(StoredKind::Branch),
+        _ => None,
+    };
+    if let (Some(kind), true) = (kind, depth >= keep) {
+        *arc = Cell::stored(kind, r);
+        return;
+    }
+    let Some(cell) = Arc::get_mut(arc) else {
+        *arc = prune(arc, depth, keep);
+        return;
+    };
+    match &mut cell.node {
+        Node::Leaf { value, .. } => *value = value.pruned(),
+        Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep),
+        Node::Branch { children } => {
+            for c in children.iter_mut().flatten() {
+                prune_mut(c, depth + 1, keep);
+            }
+        }
+        Node::Stored(_) | Node::Hole => unreachable!("handled above"),
+    }
+    *cell.flags.get_mut() = STORED | PRUNED;
+}
+
+fn dirty<V: TrieValue>(cell: &Cell<V>, pos: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], Vec<u8>)) {
+    if cell.has(STORED) {
+        return;
+    }
+    match &cell.node {
+        Node::Stored(_) | Node::Leaf { .. } => {}
+        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+        Node::Extension { path, child } => {
+            let n = pos.len();
+            pos.extend_from_slice(path);
+            dirty(child, pos, f);
+            pos.truncate(n);
+        }
+        Node::Branch { children } => {
+            f(pos, branch_record(children));
+            for (i, c) in children.iter().enumerate() {
+                if let Some(c) = c {
+                    pos.push(i as u8);
+                    dirty(c, pos, f);
+                    pos.pop();
+                }
+            }
+        }
+    }
+    cell.flags.fetch_or(STORED, Ordering::Relaxed);
 }
 
 fn node_ref<V: TrieValue>(cell: &Cell<V>) -> NodeRef {
@@ -615,6 +1296,7 @@ fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -
                 h.map_or(0, |h| h + 1)
             }
             Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+            Node::Stored(_) => unreachable!("a stored node's reference is cached"),
         };
         if levels.len() <= h {
             levels.resize_with(h + 1, Vec::new);
@@ -631,6 +1313,9 @@ fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -
 fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
     match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+        Node::Stored(_) => {
+            unreachable!("a stored node's reference is cached; it is loaded before encoding")
+        }
         Node::Leaf { path, value } => {
             let hp = hex_prefix(path, true);
             let mut v = Vec::with_capacity(120);
@@ -700,20 +1385,144 @@ mod tests {
         assert_eq!(t.root_hash(), EMPTY_ROOT);
         let keys: Vec<B256> = (0u8..40).map(|i| keccak256(&[i])).collect();
         for k in &keys {
-            t.insert(&nibbles(k), Raw(vec![0x01]));
+            t.insert(&nibbles(k), Raw(vec![0x01]), &NoLoader).unwrap();
         }
         let full = t.root_hash();
         let mut t2 = t.clone();
-        t2.insert(&nibbles(&keccak256(b"x")), Raw(vec![0x02]));
-        assert!(t2.remove(&nibbles(&keccak256(b"x"))));
-        assert!(!t2.remove(&nibbles(&keccak256(b"x"))));
+        t2.insert(&nibbles(&keccak256(b"x")), Raw(vec![0x02]), &NoLoader)
+            .unwrap();
+        assert!(t2.remove(&nibbles(&keccak256(b"x")), &NoLoader).unwrap());
+        assert!(!t2.remove(&nibbles(&keccak256(b"x")), &NoLoader).unwrap());
         assert_eq!(t2.root_hash(), full, "insert then remove restores the root");
         for k in &keys {
-            assert!(t2.remove(&nibbles(k)));
+            assert!(t2.remove(&nibbles(k), &NoLoader).unwrap());
         }
         assert!(t2.is_empty());
         assert_eq!(t2.root_hash(), EMPTY_ROOT);
         assert_eq!(t.root_hash(), full, "the older version is untouched");
         assert!(t.get(&nibbles(&keys[3])).is_some());
+    }
+
+    /// A store for the paged-trie test: branch records by position and leaves by full path.
+    #[derive(Default)]
+    struct MapStore {
+        records: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+        leaves: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    }
+
+    impl Loader<Raw> for MapStore {
+        fn load(&self, pos: &[u8], kind: StoredKind) -> Result<LoadedNode<Raw>, LoadError> {
+            match kind {
+                StoredKind::Leaf => {
+                    let (k, v) = self
+                        .leaves
+                        .range(pos.to_vec()..)
+                        .next()
+                        .filter(|(k, _)| k.starts_with(pos))
+                        .ok_or_else(|| LoadError::new(pos, "no leaf"))?;
+                    Ok(LoadedNode::Leaf {
+                        path: k[pos.len()..].into(),
+                        value: Raw(v.clone()),
+                    })
+                }
+                StoredKind::Branch => {
+                    let r = self
+                        .records
+                        .get(pos)
+                        .and_then(|r| decode_record(r))
+                        .ok_or_else(|| LoadError::new(pos, "no record"))?;
+                    Ok(LoadedNode::Branch {
+                        children: record_children(&r),
+                    })
+                }
+            }
+        }
+        fn exists(&self, path: &[u8]) -> Result<bool, LoadError> {
+            Ok(self.leaves.contains_key(path))
+        }
+    }
+
+    #[test]
+    fn a_pruned_trie_loads_what_it_writes_through() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let mut store = MapStore::default();
+        // The reference: never pruned. The paged one: pruned below `keep` after every round,
+        // its records and leaves written to `store` as finalization would.
+        let mut full: Trie<Raw> = Trie::new();
+        let mut keys: Vec<[u8; 64]> = Vec::new();
+        for keep in [0usize, 1, 2, 3] {
+            let mut paged = full.clone();
+            for round in 0..12 {
+                let mut changed = Vec::new();
+                for _ in 0..rng.gen_range(1..60) {
+                    if rng.gen_bool(0.3) && !keys.is_empty() {
+                        let k = keys.swap_remove(rng.gen_range(0..keys.len()));
+                        assert!(full.remove(&k, &NoLoader).unwrap());
+                        assert!(paged.remove(&k, &store).unwrap());
+                        changed.push((k, None));
+                    } else {
+                        // Short keys sharing long prefixes: extensions and embedded leaves.
+                        let mut k = [0u8; 64];
+                        for n in k.iter_mut().take(rng.gen_range(1..6)) {
+                            *n = rng.gen_range(0..3);
+                        }
+                        k[63] = rng.gen_range(0..16);
+                        if rng.gen_bool(0.5) {
+                            k = nibbles(&rng.gen());
+                        }
+                        let v = Raw(vec![0x80 + rng.gen_range(1..40u8); 1]);
+                        if !keys.contains(&k) {
+                            keys.push(k);
+                        }
+                        full.insert(&k, v.clone(), &NoLoader).unwrap();
+                        paged.insert(&k, v.clone(), &store).unwrap();
+                        changed.push((k, Some(v)));
+                    }
+                }
+                assert_eq!(
+                    paged.root_hash(),
+                    full.root_hash(),
+                    "keep {keep} round {round}"
+                );
+                // Finalize: leaves, then dirty records; stale records on removed paths go.
+                for (k, v) in &changed {
+                    match v {
+                        Some(v) => store.leaves.insert(k.to_vec(), v.0.clone()),
+                        None => store.leaves.remove(k.as_slice()),
+                    };
+                }
+                store.records.retain(|pos, _| full.lookup_branch(pos));
+                paged.take_dirty(|pos, rec| {
+                    store.records.insert(pos.to_vec(), rec);
+                });
+                paged = paged.pruned(keep);
+                assert_eq!(paged.root_hash(), full.root_hash());
+                for k in keys.iter().take(10) {
+                    let mut p = paged.clone();
+                    assert!(p.get_mut(k, &store).unwrap().is_some());
+                    assert_eq!(
+                        paged.load_value(k, &store).unwrap().map(|v| v.0),
+                        full.get(k).map(|v| v.0.clone())
+                    );
+                    assert_eq!(
+                        paged.proof(k, &store).unwrap(),
+                        full.proof(k, &NoLoader).unwrap()
+                    );
+                }
+            }
+            full = paged.clone();
+            let _ = &mut full;
+            full = {
+                // Back to a wholly in-memory reference for the next depth.
+                let mut t = Trie::new();
+                for k in &keys {
+                    let v = paged.load_value(k, &store).unwrap().unwrap();
+                    t.insert(k, v, &NoLoader).unwrap();
+                }
+                assert_eq!(t.root_hash(), paged.root_hash());
+                t
+            };
+        }
     }
 }

@@ -80,10 +80,12 @@ fn crash_child() {
         return;
     };
     let level: CommitLevel = std::env::var("PK_CRASH_LEVEL").unwrap().parse().unwrap();
+    let levels: usize = std::env::var("PK_CRASH_CACHED").unwrap().parse().unwrap();
     let mut db = Db::open(
         Some(dir.as_ref()),
         DbOptions {
             commit_level: level,
+            cached_levels: levels,
             ..Default::default()
         },
     )
@@ -98,6 +100,7 @@ fn crash_child() {
         if k % 2 == 0 {
             db.finalize(id).unwrap();
             println!("durable {k}");
+            std::io::Write::flush(&mut std::io::stdout()).unwrap();
         }
         parent = id;
     }
@@ -122,6 +125,9 @@ fn crash_kill_reopen_is_intact() {
             ])
             .env("PK_CRASH_DIR", &dir)
             .env("PK_CRASH_LEVEL", levels[round % 3])
+            // Half the rounds keep no trie node in memory after finalizing: every block loads
+            // its paths from the pages the kill may have left behind.
+            .env("PK_CRASH_CACHED", if round % 2 == 0 { "0" } else { "5" })
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -140,11 +140,20 @@ fn empty_trie_root() {
     assert_eq!(State::new().root(), HashBuilder::default().root().0);
 }
 
+/// Options keeping `levels` nibbles of the account trie in memory after finalization (0: all
+/// of it in the page store, so every write loads its path).
+fn paged(levels: usize) -> DbOptions {
+    DbOptions {
+        cached_levels: levels,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn roots_match_alloy_trie_on_random_blocks() {
-    for seed in 0..4u64 {
+    for seed in 0..6u64 {
         let mut rng = SmallRng::seed_from_u64(seed);
-        let mut db = Db::open(None, DbOptions::default()).unwrap();
+        let mut db = Db::open(None, paged([5, 0, 1, 2, 0, 3][seed as usize])).unwrap();
         let mut m = Model::default();
         let mut parent = db.finalized();
         for b in 0..25 {
@@ -152,11 +161,29 @@ fn roots_match_alloy_trie_on_random_blocks() {
             random_block(&mut rng, &mut m, &mut block, if seed == 0 { 3 } else { 40 });
             let (id, root) = db.commit(block).unwrap();
             assert_eq!(root, oracle_root(&m), "seed {seed} block {b}");
-            if b % 7 == 6 {
+            if b % 7 == 6 || (seed >= 4 && b % 2 == 1) {
+                let before = db.state(id).unwrap().nodes_in_memory();
                 db.finalize(id).unwrap();
+                let after = db.state(id).unwrap().nodes_in_memory();
+                // Memory keeps the top `cached_levels` nibbles only.
+                let levels = [5, 0, 1, 2, 0, 3][seed as usize];
+                if levels == 0 {
+                    assert!(after <= 2, "{after} nodes kept");
+                }
+                assert!(
+                    after <= before
+                        && after
+                            <= (1..=levels)
+                                .map(|l| 16usize.pow(l as u32) * 2)
+                                .sum::<usize>()
+                                + 2
+                );
+                assert_reads(db.state(id).unwrap(), &m);
             }
             parent = id;
         }
+        // Everything, stored trie nodes included, agrees with a rebuild from the records.
+        db.check().unwrap();
         assert_reads(db.state(parent).unwrap(), &m);
         // Deleting everything gives the empty root again.
         let mut block = db.begin(parent).unwrap();
@@ -175,8 +202,13 @@ fn forks_reorgs_and_finality() {
     let mut rng = SmallRng::seed_from_u64(42);
     let dir = std::env::temp_dir().join(format!("pk-state-forks-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut db = Db::open(Some(&dir), DbOptions::default()).unwrap();
+    let mut db = Db::open(Some(&dir), paged(1)).unwrap();
     let mut base = Model::default();
+    // A finalized base, so the forks write through stored nodes.
+    let mut b00 = db.begin(db.finalized()).unwrap();
+    random_block(&mut rng, &mut base, &mut b00, 80);
+    let (id00, _) = db.commit(b00).unwrap();
+    db.finalize(id00).unwrap();
     let mut b0 = db.begin(db.finalized()).unwrap();
     random_block(&mut rng, &mut base, &mut b0, 60);
     let (id0, _) = db.commit(b0).unwrap();
@@ -229,9 +261,9 @@ fn forks_reorgs_and_finality() {
     db.finalize(idb2).unwrap();
     drop(db);
 
-    let db = Db::open(Some(&dir), DbOptions::default()).unwrap();
+    let db = Db::open(Some(&dir), paged(1)).unwrap();
     assert_eq!(db.root(db.finalized()).unwrap(), rb2);
-    assert_eq!(db.number(db.finalized()).unwrap(), 3);
+    assert_eq!(db.number(db.finalized()).unwrap(), 4);
     assert_reads(db.state(db.finalized()).unwrap(), &mb2);
     let (report, root) = db.check().unwrap();
     assert_eq!(root, rb2);
@@ -249,11 +281,14 @@ fn storage_needs_an_account() {
 #[test]
 fn proofs_verify_match_alloy_and_tampering_fails() {
     let mut rng = SmallRng::seed_from_u64(9);
-    let mut db = Db::open(None, DbOptions::default()).unwrap();
+    let mut db = Db::open(None, paged(0)).unwrap();
     let mut m = Model::default();
     let mut b = db.begin(db.finalized()).unwrap();
     random_block(&mut rng, &mut m, &mut b, 400);
     let (id, root) = db.commit(b).unwrap();
+    // Proofs from memory, then from the page store (everything below the root stored).
+    let in_memory = db.state(id).unwrap().clone();
+    db.finalize(id).unwrap();
     let state = db.state(id).unwrap();
     let mut checked = 0;
     let absent: Address = rng.gen();
@@ -272,6 +307,7 @@ fn proofs_verify_match_alloy_and_tampering_fails() {
             .unwrap_or_default();
         slots.push(rng.gen()); // an absent slot
         let p = get_proof(state, a, &slots);
+        assert_eq!(p, get_proof(&in_memory, a, &slots));
         verify(&root, &p).unwrap();
         // alloy-trie's verifier agrees on the account proof.
         let nodes: Vec<Bytes> = p
@@ -334,11 +370,13 @@ fn proofs_verify_match_alloy_and_tampering_fails() {
 #[test]
 fn readers_run_beside_the_writer() {
     let mut rng = SmallRng::seed_from_u64(5);
-    let mut db = Db::open(None, DbOptions::default()).unwrap();
+    let mut db = Db::open(None, paged(0)).unwrap();
     let mut m = Model::default();
     let mut b = db.begin(db.finalized()).unwrap();
     random_block(&mut rng, &mut m, &mut b, 200);
     let (id, root) = db.commit(b).unwrap();
+    // Finalized: the reader's snapshot reads the page store at that root.
+    db.finalize(id).unwrap();
     // A reader holds a snapshot of block `id` on another thread while the writer goes on.
     let snapshot = db.state(id).unwrap().clone();
     let model = m.clone();
@@ -381,9 +419,13 @@ fn check_finds_a_damaged_page() {
     for p in 2..pages {
         let page = &bytes[p * 4096..(p + 1) * 4096];
         if page[0] == 2 && u16::from_le_bytes([page[2], page[3]]) > 0 {
-            // A leaf: flip the last byte of its first value.
-            let (kl, vl) = (page[8] as usize, page[9] as usize);
-            bytes[p * 4096 + 10 + kl + vl - 1] ^= 0x01;
+            // A leaf ([key_len u8][value_len u16][key][value] entries from byte 8): flip the
+            // last byte of its first value.
+            let (kl, vl) = (
+                page[8] as usize,
+                u16::from_le_bytes([page[9], page[10]]) as usize,
+            );
+            bytes[p * 4096 + 11 + kl + vl - 1] ^= 0x01;
             damaged += 1;
             break;
         }
@@ -404,6 +446,7 @@ fn history_keeps_past_finalized_roots_readable() {
         None,
         DbOptions {
             history: 2,
+            cached_levels: 0,
             ..Default::default()
         },
     )
