@@ -6,7 +6,10 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod equihash;
 mod randomx;
+mod randomx_analyze;
+mod randomx_mine;
 mod state;
+mod state_peer;
 mod util;
 mod vdf;
 

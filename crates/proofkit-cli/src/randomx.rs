@@ -28,8 +28,10 @@ enum Cmd {
     Hash(HashArgs),
     /// Hash rate, cache and dataset initialisation beside the system librandomx
     Bench(BenchArgs),
-    /// Search nonces of a block blob whose hash meets a target, reporting H/s live
-    Mine(MineArgs),
+    /// Mine: solo against monerod, on stratum pools, or nonces of one fixed blob
+    Mine(Box<crate::randomx_mine::MineArgs>),
+    /// The design document's analyses: tables, JSON and plots (chain, pipeline, runtime, ...)
+    Analyze(crate::randomx_analyze::AnalyzeArgs),
     /// One measurement in this process (used by `bench`; prints one JSON object)
     #[command(hide = true)]
     BenchOne(BenchOneArgs),
@@ -46,7 +48,7 @@ pub enum Pages {
 }
 
 impl Pages {
-    fn policy(self) -> PagePolicy {
+    pub(crate) fn policy(self) -> PagePolicy {
         match self {
             Pages::Small => PagePolicy::SmallOnly,
             Pages::Thp => PagePolicy::Transparent,
@@ -120,66 +122,10 @@ struct BenchArgs {
     /// One JSON object instead of a table
     #[arg(long)]
     json: bool,
-}
-
-#[derive(clap::Args)]
-struct MineArgs {
-    /// Key (seed hash) as text
+    /// xmrig's benchmark hash sum over 1M, 250K or N nonces instead (one thread: the chained
+    /// variant); compare with xmrig's published table
     #[arg(long)]
-    key: Option<String>,
-    /// Key (seed hash) as hex
-    #[arg(long)]
-    key_hex: Option<String>,
-    /// The hashing blob, hex
-    #[arg(long)]
-    blob_hex: String,
-    /// Byte offset of the 4-byte little-endian nonce in the blob (39 for Monero)
-    #[arg(long, default_value_t = 39)]
-    nonce_offset: usize,
-    /// Target as pools send it: 4 bytes (8 hex digits) or 8 bytes (16 hex digits), little-endian;
-    /// a hash meets it when its last 8 bytes, read little-endian, are below the 64-bit target
-    #[arg(long)]
-    target: String,
-    #[arg(long, default_value_t = default_threads())]
-    threads: usize,
-    /// Light mode (no 2 GiB dataset; for verification-grade machines and tests)
-    #[arg(long)]
-    light: bool,
-    #[arg(long)]
-    v2: bool,
-    /// Stop after this many results
-    #[arg(long, default_value_t = 1)]
-    count: usize,
-    /// Give up after this many seconds (exit code 1)
-    #[arg(long)]
-    max_seconds: Option<f64>,
-    /// First nonce tried
-    #[arg(long, default_value_t = 0)]
-    start_nonce: u32,
-    #[arg(long, value_enum, default_value_t = Pages::Thp)]
-    pages: Pages,
-}
-
-/// The 64-bit share target of a pool `target` field: 8 bytes are the target itself; 4 bytes are
-/// the compact form, expanded as xmrig does (`2^64-1 / (2^32-1 / t)`).
-pub fn parse_target(hex_target: &str) -> Result<u64, String> {
-    let b = hex::decode(hex_target).map_err(|e| format!("--target: {e}"))?;
-    match b.len() {
-        8 => Ok(u64::from_le_bytes(b.try_into().expect("8 bytes"))),
-        4 => {
-            let t = u32::from_le_bytes(b.try_into().expect("4 bytes")) as u64;
-            if t == 0 {
-                return Err("--target: zero target".into());
-            }
-            Ok(u64::MAX / (0xFFFF_FFFFu64 / t))
-        }
-        n => Err(format!("--target: {n} bytes; pools send 4 or 8")),
-    }
-}
-
-/// True when `hash` meets the 64-bit `target`.
-pub fn meets_target(hash: &[u8; 32], target: u64) -> bool {
-    u64::from_le_bytes(hash[24..32].try_into().expect("8 bytes")) < target
+    xmrig: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -208,7 +154,8 @@ pub fn run(args: Args) -> CliResult {
     match args.cmd {
         Cmd::Hash(a) => hash(a),
         Cmd::Bench(a) => bench(a),
-        Cmd::Mine(a) => mine(a),
+        Cmd::Mine(a) => crate::randomx_mine::mine(*a),
+        Cmd::Analyze(a) => crate::randomx_analyze::run(a),
         Cmd::BenchOne(a) => {
             let v = match a.implementation.as_str() {
                 "proofkit" => bench_proofkit(&a)?,
@@ -230,7 +177,7 @@ fn version(v2: bool) -> Version {
 }
 
 /// Builds the dataset with a progress bar on a terminal.
-fn build_dataset(
+pub(crate) fn build_dataset(
     cache: &Cache,
     pages: Pages,
     threads: usize,
@@ -306,137 +253,6 @@ fn hash(a: HashArgs) -> CliResult {
     Ok(())
 }
 
-fn mine(a: MineArgs) -> CliResult {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let key = text_or_hex("key", &a.key, &a.key_hex)?;
-    let blob = crate::util::decode_hex("blob", &a.blob_hex)?;
-    if a.nonce_offset
-        .checked_add(4)
-        .is_none_or(|end| end > blob.len())
-    {
-        return Err(ExitCode(
-            2,
-            format!(
-                "--nonce-offset {} leaves no room for a 4-byte nonce in a {}-byte blob",
-                a.nonce_offset,
-                blob.len()
-            ),
-        )
-        .into());
-    }
-    let target = parse_target(&a.target).map_err(|e| ExitCode(2, e))?;
-    if a.threads == 0 || a.count == 0 {
-        return Err(ExitCode(2, "--threads and --count must be at least 1".into()).into());
-    }
-    let t0 = Instant::now();
-    let cache = Arc::new(Cache::new(&key, a.pages.policy())?);
-    let source = if a.light {
-        DatasetSource::Light(cache)
-    } else {
-        let d = build_dataset(&cache, a.pages, a.threads, false)?;
-        eprintln!(
-            "dataset ready in {:.1} s ({} pages)",
-            t0.elapsed().as_secs_f64(),
-            d.page_kind()
-        );
-        DatasetSource::Fast(Arc::new(d))
-    };
-    let opts = VmOptions {
-        version: version(a.v2),
-        pages: a.pages.policy(),
-        ..Default::default()
-    };
-    let stop = AtomicBool::new(false);
-    let hashes = AtomicU64::new(0);
-    let (tx, rx) = std::sync::mpsc::channel::<(u32, [u8; 32])>();
-    let threads = a.threads as u32;
-    let start = Instant::now();
-    let found = std::thread::scope(
-        |s| -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
-            for t in 0..threads {
-                let (source, stop, hashes, tx, blob) =
-                    (source.clone(), &stop, &hashes, tx.clone(), blob.clone());
-                let offset = a.nonce_offset;
-                let first = a.start_nonce.wrapping_add(t);
-                s.spawn(move || {
-                    proofkit_core::affinity::pin_current_thread(t as usize);
-                    let mut vm = Vm::new(source, opts).expect("vm");
-                    let mut blob = blob;
-                    let mut nonce = first;
-                    blob[offset..offset + 4].copy_from_slice(&nonce.to_le_bytes());
-                    vm.hash_first(&blob);
-                    while !stop.load(Ordering::Relaxed) {
-                        let next = nonce.wrapping_add(threads);
-                        blob[offset..offset + 4].copy_from_slice(&next.to_le_bytes());
-                        let h = vm.hash_next(&blob).expect("batch started");
-                        hashes.fetch_add(1, Ordering::Relaxed);
-                        if meets_target(&h, target) && tx.send((nonce, h)).is_err() {
-                            break;
-                        }
-                        nonce = next;
-                    }
-                });
-            }
-            drop(tx);
-            let mut found = 0;
-            let mut last_report = Instant::now();
-            let mut last_hashes = 0;
-            loop {
-                match rx.recv_timeout(std::time::Duration::from_millis(200)) {
-                    Ok((nonce, h)) => {
-                        let mut b = blob.clone();
-                        b[a.nonce_offset..a.nonce_offset + 4].copy_from_slice(&nonce.to_le_bytes());
-                        println!(
-                            "{}",
-                            json!({"nonce": nonce, "nonce_hex": hex::encode(nonce.to_le_bytes()), "hash": hex::encode(h), "blob_hex": hex::encode(&b)})
-                        );
-                        found += 1;
-                        if found >= a.count {
-                            break;
-                        }
-                    }
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-                if last_report.elapsed().as_secs_f64() >= 1.0 {
-                    let n = hashes.load(Ordering::Relaxed);
-                    let dt = last_report.elapsed().as_secs_f64();
-                    eprintln!(
-                        "speed {:.1} H/s ({} hashes, {:.0} s)",
-                        (n - last_hashes) as f64 / dt,
-                        n,
-                        start.elapsed().as_secs_f64()
-                    );
-                    last_report = Instant::now();
-                    last_hashes = n;
-                }
-                if a.max_seconds
-                    .is_some_and(|m| start.elapsed().as_secs_f64() >= m)
-                {
-                    break;
-                }
-            }
-            stop.store(true, Ordering::Relaxed);
-            Ok(found)
-        },
-    )?;
-    let n = hashes.load(std::sync::atomic::Ordering::Relaxed);
-    eprintln!(
-        "{} hashes in {:.1} s: {:.1} H/s, {found} found",
-        n,
-        start.elapsed().as_secs_f64(),
-        n as f64 / start.elapsed().as_secs_f64()
-    );
-    if found < a.count {
-        return Err(ExitCode(
-            1,
-            format!("found {found} of {} results before the time limit", a.count),
-        )
-        .into());
-    }
-    Ok(())
-}
-
 fn default_hashes(mode: Mode, threads: usize) -> u64 {
     match mode {
         Mode::Light => 16 * threads as u64,
@@ -447,13 +263,24 @@ fn default_hashes(mode: Mode, threads: usize) -> u64 {
 /// Runs `hashes` hashes on `threads` threads, each with its own VM built by `make_vm`, and
 /// returns the wall time and the number of hashes done (whole rounds of `threads`). Inputs are
 /// distinct 76-byte blobs (a Monero block header's size).
+/// One call of the batch API (`hash_first`, `hash_next`, `hash_last`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Batch {
+    First,
+    Next,
+    Last,
+}
+
+/// Hashes `hashes` inputs on `threads` pinned threads through the batch API (as miners run):
+/// per thread one `First`, then `Next` for every further input, then `Last`. Returns the
+/// wall time and the number of hashes completed.
 fn run_threads<V: Send>(
     threads: usize,
     hashes: u64,
     make_vm: impl Fn(usize) -> V + Sync,
-    hash: impl Fn(&mut V, &[u8]) + Sync,
+    hash: impl Fn(&mut V, &[u8], Batch) + Sync,
 ) -> (f64, u64) {
-    let per = hashes.div_ceil(threads as u64);
+    let per = hashes.div_ceil(threads as u64).max(1);
     let vms: Vec<V> = (0..threads).map(&make_vm).collect();
     let t = Instant::now();
     std::thread::scope(|s| {
@@ -465,8 +292,10 @@ fn run_threads<V: Send>(
                 blob[0] = i as u8;
                 for n in 0..per {
                     blob[39..47].copy_from_slice(&n.to_le_bytes());
-                    hash(&mut vm, &blob);
+                    let step = if n == 0 { Batch::First } else { Batch::Next };
+                    hash(&mut vm, &blob, step);
                 }
+                hash(&mut vm, &[], Batch::Last);
             });
         }
     });
@@ -501,8 +330,14 @@ fn bench_proofkit(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error +
         a.threads,
         a.hashes,
         |_| Vm::new(source.clone(), opts).expect("vm"),
-        |vm, b| {
-            std::hint::black_box(vm.hash(b));
+        |vm, b, step| match step {
+            Batch::First => vm.hash_first(b),
+            Batch::Next => {
+                std::hint::black_box(vm.hash_next(b).expect("batch started"));
+            }
+            Batch::Last => {
+                std::hint::black_box(vm.hash_last().expect("batch started"));
+            }
         },
     );
     Ok(json!({
@@ -562,8 +397,14 @@ fn bench_peer(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error + Sen
             lib.vm(flags, Some(&cache), dataset.as_ref())
                 .expect("librandomx vm")
         },
-        |vm, b| {
-            std::hint::black_box(vm.hash(b));
+        |vm, b, step| match step {
+            Batch::First => vm.hash_first(b),
+            Batch::Next => {
+                std::hint::black_box(vm.hash_next(b));
+            }
+            Batch::Last => {
+                std::hint::black_box(vm.hash_last());
+            }
         },
     );
     Ok(json!({
@@ -721,6 +562,9 @@ fn bench_report(
 }
 
 fn bench(a: BenchArgs) -> CliResult {
+    if let Some(n) = &a.xmrig {
+        return crate::randomx_mine::xmrig_bench(n, a.threads, a.mode == Mode::Light, a.pages);
+    }
     if a.threads == 0 || a.runs == 0 {
         return Err(ExitCode(2, "--threads and --runs must be at least 1".into()).into());
     }
