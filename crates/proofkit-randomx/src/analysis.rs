@@ -221,18 +221,6 @@ pub fn memory_operand(code: &Bytecode, r: &[u64; 9]) -> Option<(u32, AccessKind)
     }
 }
 
-fn fp_bytes(x: [f64; 2]) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&x[0].to_bits().to_le_bytes());
-    b[8..].copy_from_slice(&x[1].to_bits().to_le_bytes());
-    b
-}
-
-fn fp_from_bytes(b: &[u8; 16]) -> [f64; 2] {
-    let word = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-    [f64::from_bits(word(0)), f64::from_bits(word(8))]
-}
-
 fn load64(sp: &[u8], a: u32) -> u64 {
     let a = a as usize;
     u64::from_le_bytes(sp[a..a + 8].try_into().expect("8 bytes"))
@@ -528,31 +516,8 @@ impl AnalysisVm {
             }
             std::mem::swap(&mut mx, &mut ma);
             obs.write(sp_addr1, 64, AccessKind::IntegerStore);
-            for i in 0..8 {
-                let a = sp_addr1 as usize + 8 * i;
-                sp[a..a + 8].copy_from_slice(&r[i].to_le_bytes());
-            }
-            if v2 {
-                let mut f: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(self.regs.f[i]));
-                let e: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(self.regs.e[i]));
-                aes.mix_f_e(&mut f, &e);
-                for i in 0..4 {
-                    self.regs.f[i] = fp_from_bytes(&f[i]);
-                }
-            } else {
-                for i in 0..4 {
-                    for h in 0..2 {
-                        self.regs.f[i][h] = f64::from_bits(
-                            self.regs.f[i][h].to_bits() ^ self.regs.e[i][h].to_bits(),
-                        );
-                    }
-                }
-            }
             obs.write(sp_addr0, 64, AccessKind::FloatStore);
-            for i in 0..4 {
-                let a = sp_addr0 as usize + 16 * i;
-                sp[a..a + 16].copy_from_slice(&fp_bytes(self.regs.f[i]));
-            }
+            crate::vm::store_iteration(&mut self.regs, &r, sp, sp_addr0, sp_addr1, aes, v2);
             sp_addr0 = 0;
             sp_addr1 = 0;
         }

@@ -443,38 +443,48 @@ impl Vm {
             self.source
                 .xor_item((cfg.dataset_offset + read) / 64, &mut r);
             std::mem::swap(&mut mx, &mut ma);
-            // 9: integer registers to the scratchpad.
-            for i in 0..8 {
-                let a = sp_addr1 as usize + 8 * i;
-                sp[a..a + 8].copy_from_slice(&r[i].to_le_bytes());
-            }
-            // 10: mix F with E.
-            if v2 {
-                let mut f: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(self.regs.f[i]));
-                let e: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(self.regs.e[i]));
-                aes.mix_f_e(&mut f, &e);
-                for i in 0..4 {
-                    self.regs.f[i] = fp_from_bytes(&f[i]);
-                }
-            } else {
-                for i in 0..4 {
-                    for h in 0..2 {
-                        self.regs.f[i][h] = f64::from_bits(
-                            self.regs.f[i][h].to_bits() ^ self.regs.e[i][h].to_bits(),
-                        );
-                    }
-                }
-            }
-            // 11: F registers to the scratchpad.
-            for i in 0..4 {
-                let a = sp_addr0 as usize + 16 * i;
-                sp[a..a + 16].copy_from_slice(&fp_bytes(self.regs.f[i]));
-            }
+            store_iteration(&mut self.regs, &r, sp, sp_addr0, sp_addr1, aes, v2);
             // 12.
             sp_addr0 = 0;
             sp_addr1 = 0;
         }
         self.regs.r.copy_from_slice(&r[..8]);
+    }
+}
+
+/// Steps 9-11 of 4.6.2: integer registers `r` to the scratchpad at `sp_addr1`, F mixed with E
+/// (XOR in v1, AES rounds in v2), F registers to the scratchpad at `sp_addr0`. Shared by the
+/// interpreter and the observed interpreter of [`crate::analysis`].
+pub(crate) fn store_iteration(
+    regs: &mut RegisterFile,
+    r: &[u64],
+    sp: &mut [u8],
+    sp_addr0: u32,
+    sp_addr1: u32,
+    aes: Aes,
+    v2: bool,
+) {
+    for i in 0..8 {
+        let a = sp_addr1 as usize + 8 * i;
+        sp[a..a + 8].copy_from_slice(&r[i].to_le_bytes());
+    }
+    if v2 {
+        let mut f: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(regs.f[i]));
+        let e: [[u8; 16]; 4] = std::array::from_fn(|i| fp_bytes(regs.e[i]));
+        aes.mix_f_e(&mut f, &e);
+        for i in 0..4 {
+            regs.f[i] = fp_from_bytes(&f[i]);
+        }
+    } else {
+        for i in 0..4 {
+            for h in 0..2 {
+                regs.f[i][h] = f64::from_bits(regs.f[i][h].to_bits() ^ regs.e[i][h].to_bits());
+            }
+        }
+    }
+    for i in 0..4 {
+        let a = sp_addr0 as usize + 16 * i;
+        sp[a..a + 16].copy_from_slice(&fp_bytes(regs.f[i]));
     }
 }
 
