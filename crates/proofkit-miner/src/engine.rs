@@ -309,9 +309,12 @@ fn spawn_dataset_build(sh: Arc<Shared>, cache: Arc<Cache>, seed: [u8; 32], epoch
         let t = Instant::now();
         // The build shares the CPUs with the light-mode workers until it is done.
         let stale = || sh.key_epoch.load(Ordering::Acquire) != epoch;
-        let built = Dataset::build(&cache, sh.cfg.pages, sh.cfg.threads, &|_, _| {});
+        // A newer key makes this build pointless: it stops at the next work unit.
+        let built =
+            Dataset::build_cancellable(&cache, sh.cfg.pages, sh.cfg.threads, &|_, _| {}, &stale);
         let d = match built {
-            Ok(d) => Arc::new(d),
+            Ok(Some(d)) => Arc::new(d),
+            Ok(None) => return,
             Err(e) => {
                 eprintln!("dataset build failed, staying in light mode: {e}");
                 return;

@@ -37,6 +37,21 @@ impl Dataset {
         Ok(d)
     }
 
+    /// Like [`Dataset::build`], but gives up as soon as `cancel()` returns true (checked before
+    /// every work unit of `CHUNK_ITEMS` items): `Ok(None)`. For a miner whose key changed again
+    /// while the previous key's dataset was still being built.
+    pub fn build_cancellable(
+        cache: &Cache,
+        pages: PagePolicy,
+        threads: usize,
+        progress: &(dyn Fn(u64, u64) + Sync),
+        cancel: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Option<Self>, Error> {
+        let mut d = Self::alloc(pages)?;
+        Ok(d.init_parallel_until(cache, threads, progress, cancel)?
+            .then_some(d))
+    }
+
     /// Computes every item from `cache` on `threads` threads.
     pub fn init_parallel(
         &mut self,
@@ -44,6 +59,18 @@ impl Dataset {
         threads: usize,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(), Error> {
+        self.init_parallel_until(cache, threads, progress, &|| false)
+            .map(|_| ())
+    }
+
+    /// [`Dataset::init_parallel`] checking `cancel` before each work unit; true when complete.
+    fn init_parallel_until(
+        &mut self,
+        cache: &Cache,
+        threads: usize,
+        progress: &(dyn Fn(u64, u64) + Sync),
+        cancel: &(dyn Fn() -> bool + Sync),
+    ) -> Result<bool, Error> {
         if !cache.is_initialized() {
             return Err(Error::CacheNotInitialized);
         }
@@ -51,12 +78,17 @@ impl Dataset {
         let words = self.memory.as_u64_slice_mut();
         let chunks = Mutex::new(words.chunks_mut((CHUNK_ITEMS * 8) as usize).enumerate());
         let done = AtomicU64::new(0);
+        let cancelled = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             for t in 0..threads {
-                let (chunks, done) = (&chunks, &done);
+                let (chunks, done, cancelled) = (&chunks, &done, &cancelled);
                 s.spawn(move || {
                     proofkit_core::affinity::pin_current_thread(t);
                     loop {
+                        if cancel() {
+                            cancelled.store(true, Ordering::Relaxed);
+                            break;
+                        }
                         let next = chunks.lock().unwrap_or_else(|p| p.into_inner()).next();
                         let Some((ci, chunk)) = next else { break };
                         let first = ci as u64 * CHUNK_ITEMS;
@@ -68,7 +100,7 @@ impl Dataset {
                 });
             }
         });
-        Ok(())
+        Ok(!cancelled.into_inner())
     }
 
     /// Computes items `start .. start + count` (the C API's `randomx_init_dataset`).
@@ -151,5 +183,23 @@ impl std::fmt::Debug for Dataset {
         f.debug_struct("Dataset")
             .field("pages", &self.memory.kind())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cancelled build stops within one work unit per thread and returns `None`.
+    #[test]
+    fn cancelled_build_returns_none() {
+        let cache = Cache::new(b"cancel", PagePolicy::Transparent).unwrap();
+        let calls = AtomicU64::new(0);
+        let cancel = || calls.fetch_add(1, Ordering::Relaxed) >= 2;
+        let built =
+            Dataset::build_cancellable(&cache, PagePolicy::Transparent, 2, &|_, _| {}, &cancel)
+                .unwrap();
+        assert!(built.is_none());
+        assert!(calls.load(Ordering::Relaxed) <= 5, "stopped early");
     }
 }
