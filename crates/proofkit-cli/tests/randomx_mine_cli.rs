@@ -108,7 +108,7 @@ fn api_summary_while_the_daemon_is_away() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proofkit"))
+    let child = Command::new(env!("CARGO_BIN_EXE_proofkit"))
         .args([
             "randomx",
             "mine",
