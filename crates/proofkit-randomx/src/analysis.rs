@@ -499,21 +499,8 @@ impl AnalysisVm {
             } else {
                 mx ^= mix;
             }
-            let item = (cfg.dataset_offset + read) / 64;
-            match &self.source {
-                DatasetSource::Light(c) => {
-                    let it = c.dataset_item(item);
-                    for i in 0..8 {
-                        r[i] ^= it[i];
-                    }
-                }
-                DatasetSource::Fast(d) => {
-                    let it = d.item(item);
-                    for i in 0..8 {
-                        r[i] ^= it[i];
-                    }
-                }
-            }
+            self.source
+                .xor_item((cfg.dataset_offset + read) / 64, &mut r);
             std::mem::swap(&mut mx, &mut ma);
             obs.write(sp_addr1, 64, AccessKind::IntegerStore);
             obs.write(sp_addr0, 64, AccessKind::FloatStore);

@@ -28,8 +28,9 @@ pub enum DatasetSource {
 }
 
 impl DatasetSource {
+    /// `r[0..8] ^=` dataset item `item` (computed from the cache in light mode).
     #[inline(always)]
-    fn xor_item(&self, item: u64, r: &mut [u64; 9]) {
+    pub(crate) fn xor_item(&self, item: u64, r: &mut [u64; 9]) {
         match self {
             DatasetSource::Light(c) => {
                 let it = c.dataset_item(item);
