@@ -175,14 +175,17 @@ fn run_solve(a: SolveArgs) -> CliResult {
         list.push(json!({"indices": s, "minimal_hex": hex::encode(enc)}));
     }
     if a.json {
-        println!(
-            "{}",
+        write_stdout(&format!(
+            "{}\n",
             json!({"solutions": list, "peak_rss_kb": peak_rss_kb(), "seconds": seconds})
-        );
+        ))?;
     } else {
+        let mut text = String::new();
         for s in &list {
-            println!("{}", s["minimal_hex"].as_str().unwrap_or_default());
+            text.push_str(s["minimal_hex"].as_str().unwrap_or_default());
+            text.push('\n');
         }
+        write_stdout(&text)?;
         eprintln!(
             "{} solution(s) for Equihash{p} in {seconds:.3} s, mode {}, {} thread(s), peak RSS {} kB, candidates {}, duplicates rejected {}, {stats:?}",
             sols.len(),
@@ -196,14 +199,22 @@ fn run_solve(a: SolveArgs) -> CliResult {
     Ok(())
 }
 
+/// Writes `text` to stdout; a reader that went away (`solve ... | head -1`) ends the output
+/// quietly instead of panicking as `println!` does on a broken pipe.
+fn write_stdout(text: &str) -> CliResult {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 fn run_verify(a: VerifyArgs) -> CliResult {
     let gen = a.inst.hash_gen()?;
     let sol = decode_hex("solution", &a.solution_hex)?;
     match proofkit_equihash::verify_minimal(&gen, &sol) {
-        Ok(()) => {
-            println!("valid");
-            Ok(())
-        }
+        Ok(()) => write_stdout("valid\n"),
         Err(e) => Err(Box::new(ExitCode(1, format!("invalid solution: {e}")))),
     }
 }

@@ -247,14 +247,24 @@ struct Heaps {
 /// Pair codes of the final step: (bucket, slot id a, slot id b) at layer k-1.
 type Candidate = (u32, u16, u16);
 
+/// What [`solve`] found.
+pub(crate) struct Found {
+    /// Candidates as index lists in tree order (not yet canonical or checked for repeated
+    /// indices).
+    pub cands: Vec<Vec<u32>>,
+    /// Rows of each layer.
+    pub rows: Vec<usize>,
+    /// Candidates dropped while tracing back because a row occurred twice in their tree.
+    pub repeated: usize,
+}
+
 /// Solves with `plan`; `None` when more rows than the slot ids can name fell in one bucket
-/// (the caller runs the general solver). Returns the candidates as index lists in tree order
-/// (not yet canonical or checked), and the rows of each layer.
+/// (the caller runs the general solver).
 pub(crate) fn solve(
     gen: &HashGen,
     plan: &Plan,
     keep: &mut Option<[LargeBuffer; 2]>,
-) -> Option<(Vec<Vec<u32>>, Vec<usize>)> {
+) -> Option<Found> {
     let slots = plan.slots();
     let need = [slots * plan.sw[0] * 4, slots * plan.sw[1] * 4];
     // Heaps of an earlier solve are reused as they are: only slots below a region's count
@@ -274,7 +284,7 @@ fn solve_with(
     plan: &Plan,
     heap: [LargeBuffer; 2],
     keep: &mut Option<[LargeBuffer; 2]>,
-) -> Option<(Vec<Vec<u32>>, Vec<usize>)> {
+) -> Option<Found> {
     let mut h = Heaps {
         heap,
         counts: vec![vec![0u32; plan.nb()]; plan.threads],
@@ -293,15 +303,20 @@ fn solve_with(
     rows.push(h.counts.iter().flatten().map(|&c| c as usize).sum());
     let cands = final_step(plan, &h);
     let mut out = Vec::with_capacity(cands.len());
+    let mut repeated = 0;
+    let mut scratch = Expansion::default();
     for (b, a, c) in cands {
-        let mut idx = Vec::with_capacity(1 << plan.k);
-        let r = plan.k - 1;
-        expand(plan, &h, r, b as usize, a as usize, &mut idx);
-        expand(plan, &h, r, b as usize, c as usize, &mut idx);
-        out.push(idx);
+        match scratch.leaves(plan, &h, b, a, c) {
+            Some(idx) => out.push(idx),
+            None => repeated += 1,
+        }
     }
     *keep = Some(h.heap);
-    Some((out, rows))
+    Some(Found {
+        cands: out,
+        rows,
+        repeated,
+    })
 }
 
 /// The tree word of slot id `id` of bucket `b` at layer `r`.
@@ -319,26 +334,58 @@ fn tree_of(plan: &Plan, h: &Heaps, r: u32, b: usize, id: usize) -> u32 {
         .expect("every overflow id names a stored row")
 }
 
-/// Appends the leaf indices under slot id `id` of bucket `b` at layer `r`, in tree order.
-fn expand(plan: &Plan, h: &Heaps, r: u32, b: usize, id: usize, out: &mut Vec<u32>) {
-    let tree = tree_of(plan, h, r, b, id);
-    if r == 0 {
-        out.push(tree);
-        return;
+/// Tracing candidates back, one layer at a time.
+#[derive(Default)]
+struct Expansion {
+    /// Rows (bucket << 32 | slot id) of the current layer, in tree order.
+    nodes: Vec<u64>,
+    below: Vec<u64>,
+    sorted: Vec<u64>,
+}
+
+impl Expansion {
+    /// The leaf indices of candidate `(b, a, c)` of layer k-1 in tree order, or `None` when
+    /// a row of some layer occurs twice in the tree. A repeated row repeats its leaves, so
+    /// such a candidate could only be rejected later; most candidates of (200,9) (hundreds
+    /// per nonce, against about two solutions) are rejected this way within a few layers,
+    /// before the scattered reads of the layers below.
+    fn leaves(&mut self, plan: &Plan, h: &Heaps, b: u32, a: u16, c: u16) -> Option<Vec<u32>> {
+        let b = (b as u64) << 32;
+        self.nodes.clear();
+        self.nodes.extend([b | a as u64, b | c as u64]);
+        let pair_bits = 32 - plan.bb;
+        let pair_mask = if pair_bits == 32 {
+            u32::MAX
+        } else {
+            (1u32 << pair_bits) - 1
+        };
+        for r in (1..plan.k).rev() {
+            self.below.clear();
+            for &node in &self.nodes {
+                let tree = tree_of(plan, h, r, (node >> 32) as usize, node as u32 as usize);
+                let pb = if plan.bb == 0 {
+                    0
+                } else {
+                    ((tree >> pair_bits) as u64) << 32
+                };
+                let (x, y) = pair_decode(tree & pair_mask);
+                self.below.extend([pb | x as u64, pb | y as u64]);
+            }
+            self.sorted.clear();
+            self.sorted.extend_from_slice(&self.below);
+            self.sorted.sort_unstable();
+            if self.sorted.windows(2).any(|w| w[0] == w[1]) {
+                return None;
+            }
+            std::mem::swap(&mut self.nodes, &mut self.below);
+        }
+        Some(
+            self.nodes
+                .iter()
+                .map(|&node| tree_of(plan, h, 0, (node >> 32) as usize, node as u32 as usize))
+                .collect(),
+        )
     }
-    let pair_bits = 32 - plan.bb;
-    let pb = if plan.bb == 0 {
-        0
-    } else {
-        (tree >> pair_bits) as usize
-    };
-    let (a, c) = pair_decode(if pair_bits == 32 {
-        tree
-    } else {
-        tree & ((1u32 << pair_bits) - 1)
-    });
-    expand(plan, h, r - 1, pb, a, out);
-    expand(plan, h, r - 1, pb, c, out);
 }
 
 /// Runs `work(t, region_t, counts_t, overflow_t)` on each thread's region of `heap`.
@@ -493,6 +540,7 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
                         let dst = &mut region[at..at + sw];
                         dst[..hw].copy_from_slice(&words[..hw]);
                         dst[tw] = index as u32;
+                        prefetch_next_rows(region, at);
                     }
                     Err(Some(id)) => ovf.push(b, id, index as u32, &words[..hw]),
                     Err(None) => ok = false,
@@ -502,6 +550,18 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
         g += m;
     }
     ok
+}
+
+/// Rows are scattered over the 1,024 (for (200,9)) buckets of a layer, each filled in
+/// order; about a thousand rows pass between two writes to one bucket, and the hardware
+/// prefetchers follow far fewer streams. Asking for the cache line after the slot just
+/// written (16 words on) turns the miss of the bucket's next rows into a cache hit: half the
+/// cost of the scattered writes in a stand-alone test of this pattern here.
+#[inline(always)]
+fn prefetch_next_rows(region: &[u32], at: usize) {
+    if let Some(w) = region.get(at + 16) {
+        proofkit_core::memory::prefetch_read(w);
+    }
 }
 
 /// Step `r`: merges colliding rows of layer `r` (heap `r%2`) into layer `r+1` (the other).
@@ -515,7 +575,7 @@ fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
     };
     let inp = inp.as_u32_slice();
     let counts_in = h.counts.clone();
-    let so = plan.sw[((r + 1) % 2) as usize];
+    let (si, so) = (plan.sw[(r % 2) as usize], plan.sw[((r + 1) % 2) as usize]);
     let region_words = plan.nb() * plan.cap * so;
     let out = &mut out.as_u32_slice_mut()[..plan.threads * region_words];
     let ok = AtomicBool::new(true);
@@ -545,32 +605,33 @@ fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
     // Digit and bucket widths as constants for the named parameter sets (the shifts then
     // compile to immediates), read from the plan otherwise.
     macro_rules! go {
-        ($(($c:literal $b:literal): $($i:literal $o:literal),*;)*) => {
-            match (plan.c, plan.bb, wi, wo) {
-                $($(($c, $b, $i, $o) => run(merge::<$i, $o, $c, $b, true>),)*)*
-                (_, _, 1, 1) => run(merge::<1, 1, 0, 0, false>),
-                (_, _, 2, 1) => run(merge::<2, 1, 0, 0, false>),
-                (_, _, 2, 2) => run(merge::<2, 2, 0, 0, false>),
-                (_, _, 3, 2) => run(merge::<3, 2, 0, 0, false>),
-                (_, _, 3, 3) => run(merge::<3, 3, 0, 0, false>),
-                (_, _, 4, 3) => run(merge::<4, 3, 0, 0, false>),
-                (_, _, 4, 4) => run(merge::<4, 4, 0, 0, false>),
-                (_, _, 5, 4) => run(merge::<5, 4, 0, 0, false>),
-                (_, _, 5, 5) => run(merge::<5, 5, 0, 0, false>),
-                (_, _, 6, 5) => run(merge::<6, 5, 0, 0, false>),
-                (_, _, 6, 6) => run(merge::<6, 6, 0, 0, false>),
-                (_, _, 7, 6) => run(merge::<7, 6, 0, 0, false>),
-                (_, _, 7, 7) => run(merge::<7, 7, 0, 0, false>),
-                (_, _, 8, 7) => run(merge::<8, 7, 0, 0, false>),
-                (_, _, 8, 8) => run(merge::<8, 8, 0, 0, false>),
+        ($(($c:literal $b:literal $si:literal $so:literal): $($i:literal $o:literal),*;)*) => {
+            match (plan.c, plan.bb, si, so, wi, wo) {
+                $($(($c, $b, $si, $so, $i, $o) => run(merge::<$i, $o, $c, $b, true, $si, $so>),)*)*
+                (_, _, _, _, 1, 1) => run(merge::<1, 1, 0, 0, false, 0, 0>),
+                (_, _, _, _, 2, 1) => run(merge::<2, 1, 0, 0, false, 0, 0>),
+                (_, _, _, _, 2, 2) => run(merge::<2, 2, 0, 0, false, 0, 0>),
+                (_, _, _, _, 3, 2) => run(merge::<3, 2, 0, 0, false, 0, 0>),
+                (_, _, _, _, 3, 3) => run(merge::<3, 3, 0, 0, false, 0, 0>),
+                (_, _, _, _, 4, 3) => run(merge::<4, 3, 0, 0, false, 0, 0>),
+                (_, _, _, _, 4, 4) => run(merge::<4, 4, 0, 0, false, 0, 0>),
+                (_, _, _, _, 5, 4) => run(merge::<5, 4, 0, 0, false, 0, 0>),
+                (_, _, _, _, 5, 5) => run(merge::<5, 5, 0, 0, false, 0, 0>),
+                (_, _, _, _, 6, 5) => run(merge::<6, 5, 0, 0, false, 0, 0>),
+                (_, _, _, _, 6, 6) => run(merge::<6, 6, 0, 0, false, 0, 0>),
+                (_, _, _, _, 7, 6) => run(merge::<7, 6, 0, 0, false, 0, 0>),
+                (_, _, _, _, 7, 7) => run(merge::<7, 7, 0, 0, false, 0, 0>),
+                (_, _, _, _, 8, 7) => run(merge::<8, 7, 0, 0, false, 0, 0>),
+                (_, _, _, _, 8, 8) => run(merge::<8, 8, 0, 0, false, 0, 0>),
                 _ => unreachable!("Plan::new limits rows to {MAX_WORDS} words"),
             }
         };
     }
     go!(
-        (20 10): 6 6, 6 5, 5 5, 5 4, 4 4, 4 3, 3 3, 3 2, 2 2, 2 1, 1 1;
-        (16 6): 3 3, 3 2, 2 2, 2 1, 1 1;
-        (8 0): 2 2, 2 1, 1 1;
+        (20 10 7 7): 6 6, 6 5, 5 5, 5 4, 4 4, 4 3, 3 3, 3 2, 2 2, 2 1, 1 1;
+        (16 6 4 4): 3 3, 3 2, 2 2, 2 1, 1 1;
+        (8 0 4 3): 2 2, 1 1;
+        (8 0 3 4): 2 1, 1 1;
     );
     h.overflow.push(ovf);
     ok.into_inner()
@@ -589,6 +650,64 @@ struct Input<'a> {
     heap: &'a [u32],
     counts: &'a [Vec<u32>],
     ovf: &'a [Overflow],
+}
+
+/// The rows of one bucket chained by the rest of their digit: `heads[key]` is the latest row
+/// id with that key, `next[id]` the one before it, `loc[id]` where the row is. Fixed-size
+/// tables indexed by masked keys and u16 ids, so that every index is in bounds by its type;
+/// rest bits are at most `MAX_REST_BITS` and ids below `NIL` ([`Plan::new`]), so the masks
+/// never change a key or an id.
+struct Chains {
+    heads: Box<[u16; 1 << MAX_REST_BITS]>,
+    next: Box<[u16; 1 << 16]>,
+    loc: Box<[u32; 1 << 16]>,
+}
+
+impl Chains {
+    fn new() -> Self {
+        fn table<T: Copy + std::fmt::Debug, const N: usize>(v: T) -> Box<[T; N]> {
+            vec![v; N].into_boxed_slice().try_into().expect("N entries")
+        }
+        Chains {
+            heads: table(NIL),
+            next: table(NIL),
+            loc: table(0),
+        }
+    }
+
+    fn clear(&mut self, rb: u32) {
+        self.heads[..1 << rb].fill(NIL);
+    }
+
+    /// Adds row `id` at `at` with `key`; returns the latest earlier row with that key.
+    #[inline(always)]
+    fn push(&mut self, key: usize, id: u16, at: u32) -> u16 {
+        let key = key & ((1 << MAX_REST_BITS) - 1);
+        let q = self.heads[key];
+        self.next[id as usize] = q;
+        self.loc[id as usize] = at;
+        self.heads[key] = id;
+        q
+    }
+
+    /// The row chained before `id` (`NIL` for `NIL`: that entry is never written).
+    #[inline(always)]
+    fn older(&self, id: u16) -> u16 {
+        self.next[id as usize]
+    }
+
+    /// Where row `id` is.
+    #[inline(always)]
+    fn at(&self, id: usize) -> u32 {
+        self.loc[id as u16 as usize]
+    }
+
+    /// The row chained before `id`, and where row `id` is.
+    #[inline(always)]
+    fn link(&self, id: usize) -> (u16, u32) {
+        let id = id as u16 as usize;
+        (self.next[id], self.loc[id])
+    }
 }
 
 /// Marks a `loc` entry as an offset into the bucket's copy of its overflow rows.
@@ -635,9 +754,18 @@ fn row_at<const W: usize>(heap: &[u32], ovf_rows: &[u32], loc: u32) -> [u32; W] 
 
 type MergeFn = fn(&Input, usize, &mut [u32], &mut [u32], &mut Overflow) -> bool;
 
-/// Merges thread `t`'s buckets of layer `r` into its region of layer `r + 1` (`SPEC`: the
-/// digit bits `C` and bucket bits `BB` are those of the plan).
-fn merge<const WI: usize, const WO: usize, const C: u32, const BB: u32, const SPEC: bool>(
+/// Merges thread `t`'s buckets of layer `r` into its region of layer `r + 1`. `SPEC`: the
+/// digit bits `C`, bucket bits `BB` and slot strides `SI` (layer r) and `SO` (layer r+1) are
+/// those of the plan, so that shifts are immediates and a slot access is one bounds check.
+fn merge<
+    const WI: usize,
+    const WO: usize,
+    const C: u32,
+    const BB: u32,
+    const SPEC: bool,
+    const SI: usize,
+    const SO: usize,
+>(
     ins: &Input,
     t: usize,
     region: &mut [u32],
@@ -646,25 +774,41 @@ fn merge<const WI: usize, const WO: usize, const C: u32, const BB: u32, const SP
 ) -> bool {
     let plan = ins.plan;
     counts.fill(0);
-    let so = plan.sw[((ins.r + 1) % 2) as usize];
+    let (si, so) = if SPEC {
+        (SI, SO)
+    } else {
+        (
+            plan.sw[(ins.r % 2) as usize],
+            plan.sw[((ins.r + 1) % 2) as usize],
+        )
+    };
     let tw = plan.tree_word(ins.r + 1);
     let (c, bb) = if SPEC { (C, BB) } else { (plan.c, plan.bb) };
     let (rb, cap) = (c - bb, plan.cap as u32);
     let pair_bits = 32 - bb;
-    let mut heads = vec![NIL; 1 << rb];
-    let mut next = vec![NIL; plan.ids()];
-    let mut loc = vec![0u32; plan.ids()];
+    let mut chains = Chains::new();
     let mut items = Vec::with_capacity(plan.ids());
     let mut ovf_rows = Vec::new();
+    let mut pairs = vec![0u32; 2 * plan.ids()];
     let mut ok = true;
     let heap = ins.heap;
     // Shifts of the output bucket bits and the next row out of the XOR.
     let ob_shift = 32 - bb.max(1);
     let (cs, cr) = (c, 32 - c);
-    let si = plan.sw[(ins.r % 2) as usize];
     let nb = plan.nb();
+    // Row `at` (word offset of a heap slot, or an overflow copy).
+    let row = |ovf_rows: &[u32], at: u32| -> [u32; WI] {
+        let src = if at & IN_OVERFLOW == 0 {
+            let at = at as usize;
+            &heap[at..at + si][..WI]
+        } else {
+            let l = (at & !IN_OVERFLOW) as usize;
+            &ovf_rows[l..l + WI]
+        };
+        src.try_into().expect("WI words")
+    };
     for b in bucket_range(plan, t) {
-        heads.fill(NIL);
+        chains.clear(rb);
         let bucket_tag = if bb == 0 { 0 } else { (b as u32) << pair_bits };
         // Overflow rows of this bucket (rare) are copied next to each other; heap rows are
         // read in place.
@@ -676,61 +820,36 @@ fn merge<const WI: usize, const WO: usize, const C: u32, const BB: u32, const SP
                 ovf_rows.extend_from_slice(&rec[3..3 + WI]);
             }
         }
-        macro_rules! visit {
+        // Phase 1: chain the rows by the rest of their digit and list the pairs (older id,
+        // newer id) in chain order. The first three partners of a row are listed without
+        // branches (the slot is written always and kept when the partner exists), so the
+        // unpredictable chain lengths cost a mispredicted branch only for rows with more.
+        let mut np = 0;
+        macro_rules! chain {
             ($id:expr, $at:expr) => {{
                 let (id, at): (usize, u32) = ($id, $at);
-                let rowb = row_at::<WI>(heap, &ovf_rows, at);
-                let key = (rowb[0] >> (32 - rb)) as usize;
-                let mut q = heads[key];
-                next[id] = q;
-                loc[id] = at;
-                heads[key] = id as u16;
-                // Rows come in increasing id, so every earlier row of the chain has a smaller id:
-                // the pair code is id(id-1)/2 + q.
-                let tree_base = bucket_tag | pair_code(0, id.max(1));
+                if np + 3 > pairs.len() {
+                    pairs.resize(2 * pairs.len() + 3, 0);
+                }
+                let newer = id as u32;
+                let key = (row(&ovf_rows, at)[0] >> (32 - rb)) as usize;
+                let q0 = chains.push(key, id as u16, at);
+                let q1 = chains.older(q0);
+                let q2 = chains.older(q1);
+                pairs[np] = (q0 as u32) << 16 | newer;
+                np += (q0 != NIL) as usize;
+                pairs[np] = (q1 as u32) << 16 | newer;
+                np += (q1 != NIL) as usize;
+                pairs[np] = (q2 as u32) << 16 | newer;
+                np += (q2 != NIL) as usize;
+                let mut q = chains.older(q2);
                 while q != NIL {
-                    let qi = q as usize;
-                    q = next[qi];
-                    let rowa = row_at::<WI>(heap, &ovf_rows, loc[qi]);
-                    let mut x = [0u32; MAX_WORDS + 1];
-                    for w in 0..WI {
-                        x[w] = rowa[w] ^ rowb[w];
+                    if np == pairs.len() {
+                        pairs.resize(2 * pairs.len(), 0);
                     }
-                    // Identical rows (the same strings in another order) are dropped, as in
-                    // Tromp's solvers; the last word almost always differs otherwise.
-                    if x[WI - 1] == 0 && (x[0] << rb) | x[1..WI].iter().fold(0, |a, &w| a | w) == 0
-                    {
-                        continue;
-                    }
-                    let ob = if bb == 0 {
-                        0
-                    } else {
-                        (((x[0] << rb) | (x[1] >> (32 - rb))) >> ob_shift) as usize
-                    };
-                    let tree = tree_base + qi as u32;
-                    let slot = counts[ob];
-                    counts[ob] = slot + 1;
-                    if slot < cap {
-                        let oat = (ob * cap as usize + slot as usize) * so;
-                        let dst: &mut [u32; WO] =
-                            (&mut region[oat..oat + WO]).try_into().expect("WO words");
-                        for w in 0..WO {
-                            dst[w] = (x[w] << cs) | (x[w + 1] >> cr);
-                        }
-                        region[oat + tw] = tree;
-                    } else {
-                        let j = (slot - cap) as usize;
-                        if j >= plan.extra {
-                            ok = false;
-                            continue;
-                        }
-                        let mut y = [0u32; MAX_WORDS];
-                        for w in 0..WO {
-                            y[w] = (x[w] << cs) | (x[w + 1] >> cr);
-                        }
-                        let oid = plan.spb() + t * plan.extra + j;
-                        ovf_out.push(ob, oid, tree, &y[..WO]);
-                    }
+                    pairs[np] = (q as u32) << 16 | newer;
+                    np += 1;
+                    q = chains.older(q);
                 }
             }};
         }
@@ -738,11 +857,60 @@ fn merge<const WI: usize, const WO: usize, const C: u32, const BB: u32, const SP
             let cnt = (ins.counts[tt][b] as usize).min(cap as usize);
             let base = (tt * nb + b) * cap as usize;
             for s in 0..cnt {
-                visit!(tt * cap as usize + s, ((base + s) * si) as u32);
+                chain!(tt * cap as usize + s, ((base + s) * si) as u32);
             }
         }
         for &(id, at) in &items {
-            visit!(id as usize, at);
+            chain!(id as usize, at);
+        }
+        // Phase 2: merge every listed pair (a predictable loop).
+        for &p in &pairs[..np] {
+            let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
+            let rowa = row(&ovf_rows, chains.at(qi));
+            let rowb = row(&ovf_rows, chains.at(id));
+            let mut x = [0u32; WI];
+            for w in 0..WI {
+                x[w] = rowa[w] ^ rowb[w];
+            }
+            // Word w of the XOR, zero past the row.
+            let xw = |w: usize| if w < WI { x[w] } else { 0 };
+            // Identical rows (the same strings in another order) are dropped, as in
+            // Tromp's solvers; the last word almost always differs otherwise.
+            if x[WI - 1] == 0
+                && (x[0] << rb) | x[..WI - 1].iter().skip(1).fold(0, |a, &w| a | w) == 0
+            {
+                continue;
+            }
+            let ob = if bb == 0 {
+                0
+            } else {
+                (((x[0] << rb) | (xw(1) >> (32 - rb))) >> ob_shift) as usize
+            };
+            // Ids come in increasing order, so qi < id.
+            let tree = bucket_tag | pair_code(qi, id);
+            let slot = counts[ob];
+            counts[ob] = slot + 1;
+            if slot < cap {
+                let oat = (ob * cap as usize + slot as usize) * so;
+                let dst = &mut region[oat..oat + so];
+                for w in 0..WO {
+                    dst[w] = (x[w] << cs) | (xw(w + 1) >> cr);
+                }
+                dst[tw] = tree;
+                prefetch_next_rows(region, oat);
+            } else {
+                let j = (slot - cap) as usize;
+                if j >= plan.extra {
+                    ok = false;
+                    continue;
+                }
+                let mut y = [0u32; MAX_WORDS];
+                for w in 0..WO {
+                    y[w] = (x[w] << cs) | (xw(w + 1) >> cr);
+                }
+                let oid = plan.spb() + t * plan.extra + j;
+                ovf_out.push(ob, oid, tree, &y[..WO]);
+            }
         }
     }
     ok
@@ -784,30 +952,43 @@ fn final_step(plan: &Plan, h: &Heaps) -> Vec<Candidate> {
 fn final_merge<const W: usize>(ins: &Input, t: usize, out: &mut Vec<Candidate>) {
     let plan = ins.plan;
     let rb = plan.rb;
-    let mut heads = vec![NIL; 1 << rb];
-    let mut next = vec![NIL; plan.ids()];
-    let mut loc = vec![0u32; plan.ids()];
+    // Equal rows are rare (a few per bucket at most): a first pass counts the rows of each
+    // value of the leading `fb` bits without branches, and only rows whose value is shared
+    // go through the chains. Walking a chain for every row costs a mispredicted branch
+    // behind a dependent load per row.
+    let fb = (rb + 5).min(plan.c + rb).min(16);
+    let mut seen = vec![0u8; 1 << fb];
+    let mut chains = Chains::new();
     let mut items = Vec::with_capacity(plan.ids());
     let mut ovf_rows = Vec::new();
     let heap = ins.heap;
     for b in bucket_range(plan, t) {
-        heads.fill(NIL);
+        chains.clear(rb);
         rows_of::<W>(ins, b, &mut items, &mut ovf_rows);
+        let filter = |at: u32| (row_at::<W>(heap, &ovf_rows, at)[0] >> (32 - fb)) as usize;
+        for &(_, at) in &items {
+            let f = filter(at);
+            seen[f] = seen[f].saturating_add(1);
+        }
         for &(id, at) in &items {
+            if seen[filter(at)] < 2 {
+                continue;
+            }
             let id = id as usize;
             let rowb = row_at::<W>(heap, &ovf_rows, at);
             let key = (rowb[0] >> (32 - rb)) as usize;
-            let mut q = heads[key];
-            next[id] = q;
-            loc[id] = at;
-            heads[key] = id as u16;
+            let mut q = chains.push(key, id as u16, at);
             while q != NIL {
                 let qi = q as usize;
-                q = next[qi];
-                if row_at::<W>(heap, &ovf_rows, loc[qi]) == rowb {
+                let (older, qat) = chains.link(qi);
+                q = older;
+                if row_at::<W>(heap, &ovf_rows, qat) == rowb {
                     out.push((b as u32, qi as u16, id as u16));
                 }
             }
+        }
+        for &(_, at) in &items {
+            seen[filter(at)] = 0;
         }
     }
 }
@@ -840,7 +1021,7 @@ mod tests {
                 let (full_cap, full_extra) = (plan.cap, plan.extra);
                 plan.cap = 16;
                 plan.extra = full_cap + full_extra - 16;
-                let (cands, _) = solve(&gen, &plan, &mut None).expect("ids suffice");
+                let cands = solve(&gen, &plan, &mut None).expect("ids suffice").cands;
                 let mut stats = crate::SolveStats::default();
                 let got = crate::solver::finish(cands, &mut stats);
                 assert_eq!(got, want, "nonce {nonce} threads {threads}");

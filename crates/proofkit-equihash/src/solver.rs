@@ -714,11 +714,12 @@ impl<'a> Solver<'a> {
         if self.cfg.mode == Mode::Full {
             if let Some(plan) = crate::fast::Plan::new(self.gen.params(), self.cfg.threads) {
                 match crate::fast::solve(self.gen, &plan, &mut ws.heaps) {
-                    Some((cands, rows)) => {
+                    Some(found) => {
                         stats.fast_path = true;
-                        stats.layer_rows = rows;
-                        stats.candidates = cands.len();
-                        let sols = finish(cands, &mut stats);
+                        stats.layer_rows = found.rows;
+                        stats.candidates = found.cands.len() + found.repeated;
+                        stats.duplicate_rejected = found.repeated;
+                        let sols = finish(found.cands, &mut stats);
                         return Ok((sols, stats));
                     }
                     None => stats.fast_overflow = true,

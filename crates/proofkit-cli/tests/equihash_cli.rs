@@ -1,0 +1,73 @@
+//! `proofkit equihash` as a user runs it: solutions on stdout, one per line, and a reader that
+//! stops early (`proofkit equihash solve ... | head -1`) ends the output without a panic.
+
+use std::process::{Command, Stdio};
+
+const SOLVE: &[&str] = &[
+    "equihash",
+    "solve",
+    "--n",
+    "96",
+    "--k",
+    "5",
+    "--input",
+    "block header",
+    "--nonce",
+    "0",
+];
+
+#[test]
+fn solve_prints_every_solution_and_verify_accepts_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_proofkit"))
+        .args(SOLVE)
+        .output()
+        .expect("run proofkit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // shared/vectors/equihash.json lists more than one solution for this instance.
+    assert!(lines.len() > 1, "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_proofkit"))
+        .args([
+            "equihash",
+            "verify",
+            "--n",
+            "96",
+            "--k",
+            "5",
+            "--input",
+            "block header",
+        ])
+        .args(["--nonce", "0", "--solution-hex", lines[0]])
+        .output()
+        .expect("run proofkit");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "valid\n");
+}
+
+/// The read end of stdout is closed before the solver prints: the write fails with EPIPE
+/// (Rust ignores SIGPIPE), which must end the command quietly with status 0.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_proofkit"));
+        cmd.args(SOLVE);
+        if json {
+            cmd.arg("--json");
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run proofkit");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait for proofkit");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "json {json}: {err}");
+        assert!(out.status.success(), "json {json}: {:?} {err}", out.status);
+    }
+}
