@@ -1,7 +1,6 @@
 //! CPU time of the per-hash work around the VM loop: scratchpad fill (AesGenerator1R, 2 MiB),
 //! scratchpad hash (AesHash1R) and, per program, generation (AesGenerator4R), decoding and JIT
 //! compilation. A fast-mode hash runs one fill, one hash and eight programs.
-use proofkit_randomx::program::Program;
 use proofkit_randomx::vm::{interpreter, jit_x86_64};
 use proofkit_randomx::Aes;
 fn main() {
@@ -30,11 +29,11 @@ fn main() {
     );
     let mut bytes = vec![0u8; 128 + 8 * 256];
     let mut out = Vec::new();
+    let mut code = Vec::new();
     let t = cpu();
     for _ in 0..n * 8 {
         aes.fill_4r(&mut st, &mut bytes);
-        let p = Program::from_bytes(&bytes, 256);
-        let code = interpreter::decode(&p);
+        interpreter::decode_bytes_into(&bytes[128..], &mut code);
         jit_x86_64::compile_into(
             &mut out,
             &code,
@@ -50,8 +49,8 @@ fn main() {
     let t = cpu();
     for _ in 0..n * 8 {
         aes.fill_4r(&mut st, &mut bytes);
-        let p = Program::from_bytes(&bytes, 256);
-        std::hint::black_box(interpreter::decode(&p));
+        interpreter::decode_bytes_into(&bytes[128..], &mut code);
+        std::hint::black_box(&code);
     }
     println!(
         "program gen+decode: {:.2} us each",

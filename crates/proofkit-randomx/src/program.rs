@@ -114,7 +114,7 @@ pub struct Instruction {
 }
 
 impl Instruction {
-    pub fn from_bytes(b: &[u8]) -> Self {
+    pub fn from_bytes(b: &[u8; 8]) -> Self {
         Instruction {
             opcode: b[0],
             dst: b[1],
@@ -155,8 +155,9 @@ impl Program {
         let entropy = std::array::from_fn(|i| {
             u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
         });
-        let instructions = (0..size)
-            .map(|i| Instruction::from_bytes(&bytes[128 + 8 * i..]))
+        let instructions = bytes[128..128 + 8 * size]
+            .chunks_exact(8)
+            .map(|b| Instruction::from_bytes(b.try_into().expect("8 bytes")))
             .collect();
         Program {
             entropy,

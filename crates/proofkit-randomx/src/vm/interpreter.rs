@@ -181,10 +181,28 @@ fn read_mask(i: &Instruction) -> u32 {
 
 /// Decodes a program into bytecode (the "compilation" step of the interpreter).
 pub fn decode(program: &Program) -> Vec<Bytecode> {
+    let mut out = Vec::with_capacity(program.instructions.len());
+    decode_into(program.instructions.iter().copied(), &mut out);
+    out
+}
+
+/// [`decode`] straight from the generator's instruction bytes (8 per instruction, after the
+/// 128-byte entropy block) into a reused buffer: the VM's per-program path, with no allocation.
+pub fn decode_bytes_into(instruction_bytes: &[u8], out: &mut Vec<Bytecode>) {
+    out.clear();
+    decode_into(
+        instruction_bytes
+            .chunks_exact(8)
+            .map(|b| Instruction::from_bytes(b.try_into().expect("8 bytes"))),
+        out,
+    );
+}
+
+fn decode_into(instructions: impl Iterator<Item = Instruction>, out: &mut Vec<Bytecode>) {
     // Index of the instruction that last modified each register (-1: none yet), for CBRANCH.
     let mut last_modified = [-1i32; 8];
-    let mut out = Vec::with_capacity(program.instructions.len());
-    for (pc, ins) in program.instructions.iter().enumerate() {
+    for (pc, ins) in instructions.enumerate() {
+        let ins = &ins;
         let dst = ins.dst % 8;
         let src = ins.src % 8;
         let simm = ins.simm();
@@ -349,7 +367,6 @@ pub fn decode(program: &Program) -> Vec<Bytecode> {
         }
         out.push(bc);
     }
-    out
 }
 
 #[inline(always)]

@@ -14,7 +14,6 @@ use crate::blake::{hash256, hash512};
 use crate::cache::Cache;
 use crate::config::*;
 use crate::dataset::Dataset;
-use crate::program::Program;
 use crate::Error;
 use proofkit_core::memory::{LargeBuffer, PageKind, PagePolicy};
 use std::sync::Arc;
@@ -102,6 +101,14 @@ impl Default for VmOptions {
     }
 }
 
+/// A generated, decoded program and its start values of `ma` and `mx`.
+struct PreparedProgram {
+    code: Vec<interpreter::Bytecode>,
+    cfg: Config,
+    ma: u32,
+    mx: u32,
+}
+
 /// Program configuration derived from the 128-byte entropy block (specs.md 4.5).
 struct Config {
     read_reg: [usize; 4],
@@ -128,6 +135,8 @@ pub struct Vm {
     /// Generator state / chain seed (`tempHash` of the batch API).
     seed: [u8; 64],
     program_bytes: Vec<u8>,
+    /// The decoded program, reused from program to program.
+    bytecode: Vec<interpreter::Bytecode>,
     batch_pending: bool,
     #[cfg(target_arch = "x86_64")]
     jit: Option<(jit_x86_64::ProgramCode, Box<jit_x86_64::JitState>, Vec<u8>)>,
@@ -156,6 +165,7 @@ impl Vm {
             regs: RegisterFile::default(),
             seed: [0; 64],
             program_bytes: vec![0; 128 + 8 * PROGRAM_MAX_SIZE],
+            bytecode: Vec::with_capacity(PROGRAM_MAX_SIZE),
             batch_pending: false,
             #[cfg(target_arch = "x86_64")]
             jit: if jit_usable(&opts) {
@@ -269,13 +279,17 @@ impl Vm {
             return Err(Error::NoPendingHash);
         }
         self.run_chain();
-        // Steps 12-14 of this hash and steps 2-4 of the next in one pass over the scratchpad.
+        Ok(self.finish_then_begin(next_input))
+    }
+
+    /// Steps 12-14 of this hash and steps 2-4 of the next in one pass over the scratchpad.
+    fn finish_then_begin(&mut self, next_input: &[u8]) -> [u8; 32] {
         self.seed = hash512(next_input);
         let fp = self
             .opts
             .aes
             .hash_1r_then_fill_1r(self.scratchpad.as_mut_slice(), &mut self.seed);
-        Ok(self.final_hash(fp))
+        self.final_hash(fp)
     }
 
     /// Batch API: finishes the pending hash.
@@ -339,17 +353,24 @@ impl Vm {
         hash256(&bytes)
     }
 
-    /// Generates a program from AesGenerator4R(seed) and runs it (4.5, 4.6).
-    fn run_program(&mut self, fprc: &mut u32, iterations: usize) {
+    /// Generates the next program from AesGenerator4R(seed), decodes it and sets the `a`
+    /// registers and the configuration (4.5).
+    fn prepare_program(&mut self) -> PreparedProgram {
         let size = self.opts.version.program_size();
         let nbytes = 128 + 8 * size;
         let mut gen_state = self.seed;
         self.opts
             .aes
             .fill_4r(&mut gen_state, &mut self.program_bytes[..nbytes]);
-        let program = Program::from_bytes(&self.program_bytes[..nbytes], size);
-        let code = interpreter::decode(&program);
-        let ent = &program.entropy;
+        let mut code = std::mem::take(&mut self.bytecode);
+        interpreter::decode_bytes_into(&self.program_bytes[128..nbytes], &mut code);
+        let ent: [u64; 16] = std::array::from_fn(|i| {
+            u64::from_le_bytes(
+                self.program_bytes[8 * i..8 * i + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        });
 
         for i in 0..4 {
             self.regs.a[i] = [
@@ -357,19 +378,53 @@ impl Vm {
                 small_positive_float(ent[2 * i + 1]),
             ];
         }
-        let mut ma = (ent[8] & CACHE_LINE_ALIGN_MASK) as u32;
-        let mut mx = ent[10] as u32;
         let sel = ent[12];
-        let cfg = Config {
-            read_reg: [
-                (sel & 1) as usize,
-                2 + ((sel >> 1) & 1) as usize,
-                4 + ((sel >> 2) & 1) as usize,
-                6 + ((sel >> 3) & 1) as usize,
-            ],
-            dataset_offset: (ent[13] % DATASET_EXTRA_ITEMS) * 64,
-            e_mask: [float_mask(ent[14]), float_mask(ent[15])],
-        };
+        PreparedProgram {
+            code,
+            cfg: Config {
+                read_reg: [
+                    (sel & 1) as usize,
+                    2 + ((sel >> 1) & 1) as usize,
+                    4 + ((sel >> 2) & 1) as usize,
+                    6 + ((sel >> 3) & 1) as usize,
+                ],
+                dataset_offset: (ent[13] % DATASET_EXTRA_ITEMS) * 64,
+                e_mask: [float_mask(ent[14]), float_mask(ent[15])],
+            },
+            ma: (ent[8] & CACHE_LINE_ALIGN_MASK) as u32,
+            mx: ent[10] as u32,
+        }
+    }
+
+    /// The JIT state for a prepared program: `a`, masks, `ma`/`mx`, spAddr, fprc, iterations.
+    #[cfg(target_arch = "x86_64")]
+    fn load_jit_state(
+        state: &mut jit_x86_64::JitState,
+        regs: &RegisterFile,
+        p: &PreparedProgram,
+        fprc: u32,
+        iterations: usize,
+    ) {
+        state.r = [0; 8];
+        state.a = regs.a;
+        state.e_mask = p.cfg.e_mask;
+        state.mem = p.ma as u64 | ((p.mx as u64) << 32);
+        state.sp_addr = p.mx as u64 | ((p.ma as u64) << 32);
+        state.fprc = fprc;
+        state.iterations = iterations as u64;
+    }
+
+    /// Generates a program from AesGenerator4R(seed) and runs it (4.5, 4.6).
+    fn run_program(&mut self, fprc: &mut u32, iterations: usize) {
+        let prepared = self.prepare_program();
+        self.run_prepared(&prepared, fprc, iterations);
+        self.bytecode = prepared.code;
+    }
+
+    fn run_prepared(&mut self, prepared: &PreparedProgram, fprc: &mut u32, iterations: usize) {
+        let code = &prepared.code;
+        let cfg = &prepared.cfg;
+        let (mut ma, mut mx) = (prepared.ma, prepared.mx);
         let v2 = self.opts.version == Version::V2;
         let aes = self.opts.aes;
 
@@ -380,14 +435,8 @@ impl Vm {
                 DatasetSource::Light(_) => jit_x86_64::JitMode::Light,
             };
             let rr = cfg.read_reg.map(|x| x as u8);
-            jit_x86_64::compile_into(machine_code, &code, rr, mode, v2);
-            state.r = [0; 8];
-            state.a = self.regs.a;
-            state.e_mask = cfg.e_mask;
-            state.mem = ma as u64 | ((mx as u64) << 32);
-            state.sp_addr = mx as u64 | ((ma as u64) << 32);
-            state.fprc = *fprc;
-            state.iterations = iterations as u64;
+            jit_x86_64::compile_into(machine_code, code, rr, mode, v2);
+            Self::load_jit_state(state, &self.regs, prepared, *fprc, iterations);
             let ok = jit_x86_64::execute(
                 region,
                 machine_code,
@@ -432,7 +481,7 @@ impl Vm {
                 );
             }
             // 4: the program.
-            interpreter::execute(&code, &mut self.regs, &mut r, fprc, sp, &cfg.e_mask, v2);
+            interpreter::execute(code, &mut self.regs, &mut r, fprc, sp, &cfg.e_mask, v2);
             // 5-8: dataset read (v1 prefetches through mx, v2 through ma: two iterations ahead).
             let read = ma as u64 & CACHE_LINE_ALIGN_MASK;
             let mix = (r[cfg.read_reg[2]] ^ r[cfg.read_reg[3]]) as u32;
