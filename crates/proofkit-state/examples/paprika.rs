@@ -1,7 +1,10 @@
 //! The Paprika workload without the CLI: `cargo run --release -p proofkit-state --example paprika
 //! -- BLOCKS [DIR]` (the CLI's `proofkit state bench` prints the same figures as the seed's table).
-use proofkit_state::bench::{run_paprika_rows, PaprikaConfig};
+use proofkit_state::bench::{run_paprika_rows, PaprikaConfig, Summary};
 use proofkit_state::CommitLevel;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -13,7 +16,8 @@ fn main() {
         storage_per_account: 1,
         dir,
         commit_level: CommitLevel::FlushData,
-        finality_lag: 0,
+        finality_lag: env("PK_FINALITY_LAG", 0),
+        finalize_every: env("PK_FINALIZE_EVERY", 32),
         rows: std::env::var("PK_ROWS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -41,5 +45,19 @@ fn main() {
         );
     })
     .expect("bench");
-    println!("{s:#?}");
+    // The rows were printed as they came; the rest of the summary, the root in hex.
+    let mut rest: Summary = s.clone();
+    rest.rows.clear();
+    println!("final root 0x{}\n{rest:#?}", hex(&s.final_root));
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

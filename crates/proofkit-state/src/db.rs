@@ -19,13 +19,13 @@
 //!   as [`Db::check`] does).
 #![deny(unsafe_code)]
 
-use crate::account::Account;
+use crate::account::{Account, AccountLeaf};
 use crate::keccak::{keccak256, B256};
 use crate::state::{
-    decode_account_record, record_key, Address, State, WriteLog, Writer, ROOT_ENTRY_KEY,
+    decode_account_record, pack, record_key, Address, State, WriteLog, Writer, ROOT_ENTRY_KEY,
 };
 use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError};
-use crate::trie::encode_entry;
+use crate::trie::{encode_entry, Lookup};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use thiserror::Error;
@@ -111,8 +111,33 @@ impl Block {
     }
 }
 
+/// Where finalization spent its time so far (CPU time of the calling thread, seconds), for
+/// profiling: building the store writes, applying them to the pages, the store commit
+/// (free list, flushes, meta page), dropping the states finalized away, and moving the rest onto
+/// the new store root (pruning the finalized trie).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FinalizeTimes {
+    /// On the finalizing thread; the account-trie records may be built on the pool's other
+    /// thread meanwhile (`rayon::join`).
+    pub build_ops: f64,
+    /// Walking the account trie's changed branches and encoding their records (on the thread
+    /// that ran it).
+    pub account_records: f64,
+    pub apply: f64,
+    pub commit: f64,
+    /// Dropping the states finalized away (their nodes no other state shares).
+    pub retire: f64,
+    /// Pruning the finalized trie to the cached levels, moving states onto the new root.
+    pub rebase: f64,
+}
+
+fn thread_seconds() -> f64 {
+    proofkit_core::cputime::thread_cpu_time().map_or(0.0, |d| d.as_secs_f64())
+}
+
 pub struct Db {
     store: Store,
+    times: FinalizeTimes,
     level: CommitLevel,
     history: usize,
     cached_levels: usize,
@@ -150,6 +175,7 @@ impl Db {
         );
         Ok(Db {
             store,
+            times: FinalizeTimes::default(),
             level: options.commit_level,
             history: options.history,
             cached_levels: options.cached_levels,
@@ -240,9 +266,16 @@ impl Db {
             }
         }
         let target = &self.blocks[&id];
-        let ops = store_ops(&target.state, &merged)?;
+        let t0 = thread_seconds();
+        let ops = store_ops(&target.state, &merged, &mut self.times.account_records)?;
+        let t1 = thread_seconds();
         self.store.apply(ops)?;
+        let t2 = thread_seconds();
         let stats = self.store.commit(target.number, target.root, self.level)?;
+        let t3 = thread_seconds();
+        self.times.build_ops += t1 - t0;
+        self.times.apply += t2 - t1;
+        self.times.commit += t3 - t2;
         let finalized_number = target.number;
         // Keep `id` and its descendants.
         let mut keep: HashMap<BlockId, bool> = HashMap::new();
@@ -277,8 +310,12 @@ impl Db {
                 _ => break,
             }
         }
+        // Dropped before the pruning below, so that the finalized trie's nodes are its own
+        // again and are pruned in place.
         self.blocks
             .retain(|b, _| keep.get(b).copied().unwrap_or(false));
+        let t4 = thread_seconds();
+        self.times.retire += t4 - t3;
         // The finalized block and its descendants read the new store root (their stored nodes
         // are the same in it); the finalized state drops its stored subtrees from memory.
         let snap = self.store.snapshot();
@@ -293,6 +330,7 @@ impl Db {
             f.log = WriteLog::new();
         }
         self.finalized = id;
+        self.times.rebase += thread_seconds() - t4;
         Ok(stats)
     }
 
@@ -307,12 +345,33 @@ impl Db {
         }
     }
 
+    /// [`Db::stored_account`] for many addresses, their keys hashed eight at a time
+    /// ([`crate::keccak_x8`]).
+    pub fn stored_accounts(&self, addrs: &[Address]) -> Result<Vec<Option<Account>>, DbError> {
+        let msgs: Vec<&[u8]> = addrs.iter().map(|a| &a[..]).collect();
+        let mut keys = vec![[0u8; 32]; addrs.len()];
+        crate::keccak_x8::keccak256_batch(&msgs, &mut keys);
+        keys.iter()
+            .map(|k| match self.store.get(k)? {
+                None => Ok(None),
+                Some(v) => decode_account_record(&v)
+                    .map(|(a, _)| Some(a))
+                    .ok_or_else(|| DbError::CorruptRecord(hex::encode(k))),
+            })
+            .collect()
+    }
+
     /// Walks every page of the store, checks the page tree and the free list, rebuilds the
     /// trie from the stored accounts and slots, compares its root with the durable root and
     /// every stored trie node with the rebuilt one.
     pub fn check(&self) -> Result<(CheckReport, B256), DbError> {
         let report = verify(&self.store)?;
         Ok((report, self.store.meta().state_root))
+    }
+
+    /// Where finalization spent its time so far.
+    pub fn finalize_times(&self) -> FinalizeTimes {
+        self.times
     }
 
     /// The page store (statistics, space used).
@@ -328,29 +387,71 @@ impl Db {
 fn store_ops(
     state: &State,
     merged: &BTreeMap<B256, (bool, BTreeSet<B256>)>,
+    records_seconds: &mut f64,
 ) -> Result<Vec<Op>, DbError> {
-    let mut ops = Vec::new();
+    let trie = state.account_trie();
+    // The leaves not in the store as they are, in hashed order like `merged`: found in one
+    // walk of the changed part of the trie instead of a lookup from the root per account.
+    let mut unstored: Vec<(B256, &AccountLeaf)> = Vec::with_capacity(merged.len());
+    trie.for_each_unstored_leaf(|path, leaf| unstored.push((pack(path), leaf)));
+    // The accounts' writes and the account trie's records on the two sides of the pool (the
+    // record walk marks account-trie nodes stored, which only the walk above looked at).
+    let (accounts, records) = rayon::join(
+        || account_ops(state, merged, &unstored),
+        || {
+            let t = thread_seconds();
+            let mut ops = Vec::new();
+            trie.take_dirty(|pos, rec| ops.push(Op::Put(record_key(None, pos), rec)));
+            (ops, thread_seconds() - t)
+        },
+    );
+    let mut ops = accounts?;
+    ops.extend(records.0);
+    *records_seconds += records.1;
+    match trie.root_entry() {
+        Some(e) => {
+            let mut v = Vec::new();
+            encode_entry(&e, &mut v);
+            ops.push(Op::Put(ROOT_ENTRY_KEY.to_vec(), v));
+        }
+        None => ops.push(Op::Del(ROOT_ENTRY_KEY.to_vec())),
+    }
+    Ok(ops)
+}
+
+/// The writes of the accounts in `merged` (`unstored`: the changed leaves, by hashed address).
+fn account_ops(
+    state: &State,
+    merged: &BTreeMap<B256, (bool, BTreeSet<B256>)>,
+    unstored: &[(B256, &AccountLeaf)],
+) -> Result<Vec<Op>, DbError> {
+    let mut ops = Vec::with_capacity(merged.len() * 3);
+    let mut next = unstored.iter().peekable();
     for (haddr, (wiped, slots)) in merged {
+        while next.next_if(|(h, _)| h < haddr).is_some() {}
         if *wiped {
             ops.push(Op::DelPrefix(haddr.to_vec()));
         }
-        let leaf = match state.written_leaf(haddr) {
-            Some(l) => l,
-            None => {
-                if state.try_account_hashed(haddr)?.is_some() {
-                    return Err(DbError::CorruptRecord(format!(
-                        "written account {} not in memory",
-                        hex::encode(haddr)
-                    )));
+        let leaf = match next.next_if(|(h, _)| h == haddr) {
+            Some((_, l)) => *l,
+            None => match state.written_leaf(haddr) {
+                Some(l) => l,
+                None => {
+                    if state.try_account_hashed(haddr)?.is_some() {
+                        return Err(DbError::CorruptRecord(format!(
+                            "written account {} not in memory",
+                            hex::encode(haddr)
+                        )));
+                    }
+                    if !*wiped {
+                        ops.push(Op::DelPrefix(haddr.to_vec()));
+                    }
+                    for d in state.stale_account_positions(haddr) {
+                        ops.push(Op::Del(record_key(None, &crate::trie::nibbles(haddr)[..d])));
+                    }
+                    continue;
                 }
-                if !*wiped {
-                    ops.push(Op::DelPrefix(haddr.to_vec()));
-                }
-                for d in state.stale_account_positions(haddr) {
-                    ops.push(Op::Del(record_key(None, &crate::trie::nibbles(haddr)[..d])));
-                }
-                continue;
-            }
+            },
         };
         let mut v = Vec::with_capacity(80);
         leaf.to_store(&mut v);
@@ -359,11 +460,15 @@ fn store_ops(
             let mut k = Vec::with_capacity(64);
             k.extend_from_slice(haddr);
             k.extend_from_slice(hslot);
-            let value = state.try_storage_hashed(haddr, hslot)?;
+            let path = crate::trie::nibbles(hslot);
+            let value = match leaf.storage.lookup(&path) {
+                Lookup::Found(v) => v.to_u256(),
+                Lookup::Absent => [0; 32],
+                Lookup::Stored => state.try_storage_hashed(haddr, hslot)?,
+            };
             let t = crate::rlp::trim(&value);
             if t.is_empty() {
                 ops.push(Op::Del(k));
-                let path = crate::trie::nibbles(hslot);
                 for d in leaf.storage.stale_positions(&path) {
                     ops.push(Op::Del(record_key(Some(haddr), &path[..d])));
                 }
@@ -374,16 +479,6 @@ fn store_ops(
         leaf.storage.take_dirty(|pos, rec| {
             ops.push(Op::Put(record_key(Some(haddr), pos), rec));
         });
-    }
-    let trie = state.account_trie();
-    trie.take_dirty(|pos, rec| ops.push(Op::Put(record_key(None, pos), rec)));
-    match trie.root_entry() {
-        Some(e) => {
-            let mut v = Vec::new();
-            encode_entry(&e, &mut v);
-            ops.push(Op::Put(ROOT_ENTRY_KEY.to_vec(), v));
-        }
-        None => ops.push(Op::Del(ROOT_ENTRY_KEY.to_vec())),
     }
     Ok(ops)
 }

@@ -592,9 +592,17 @@ impl Writer {
             }
             return Err(e);
         }
-        let account = self.state.try_account_hashed(&haddr)?;
-        let w = self.log.entry(haddr).or_default();
-        w.account = account;
+        // A slot write leaves the account as it is: look it up only for a new log entry.
+        let w = match self.log.entry(haddr) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let account = self.state.try_account_hashed(&haddr)?;
+                e.insert(AccountWrite {
+                    account,
+                    ..Default::default()
+                })
+            }
+        };
         w.storage.insert(hslot, *value);
         Ok(())
     }

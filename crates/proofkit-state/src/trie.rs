@@ -674,6 +674,46 @@ impl<V: TrieValue> Trie<V> {
         }
     }
 
+    /// Visits the leaves whose records are not in the store yet (full path, value) in path
+    /// order: the values written since the last [`Trie::take_dirty`], and leaves a write moved
+    /// (a new neighbour split the branch above them). Call before `take_dirty`.
+    pub fn for_each_unstored_leaf<'a>(&'a self, mut f: impl FnMut(&[u8], &'a V)) {
+        fn walk<'a, V>(cell: &'a Cell<V>, prefix: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], &'a V)) {
+            // A changed node's ancestors are all changed copies (`Arc::make_mut` on the
+            // way down), so a stored node has no unstored leaf below it.
+            if cell.has(STORED) {
+                return;
+            }
+            match &cell.node {
+                Node::Hole | Node::Stored(_) => {}
+                Node::Leaf { path, value } => {
+                    let n = prefix.len();
+                    prefix.extend_from_slice(path);
+                    f(prefix, value);
+                    prefix.truncate(n);
+                }
+                Node::Extension { path, child } => {
+                    let n = prefix.len();
+                    prefix.extend_from_slice(path);
+                    walk(child, prefix, f);
+                    prefix.truncate(n);
+                }
+                Node::Branch { children } => {
+                    for (i, c) in children.iter().enumerate() {
+                        if let Some(c) = c {
+                            prefix.push(i as u8);
+                            walk(c, prefix, f);
+                            prefix.pop();
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(r) = &self.root {
+            walk(r, &mut Vec::with_capacity(64), &mut f);
+        }
+    }
+
     /// Computes the root references of many tries together (batched hashing).
     pub fn hash_many(tries: &[&Trie<V>]) {
         let roots: Vec<&Cell<V>> = tries
@@ -1401,6 +1441,61 @@ mod tests {
         assert_eq!(t2.root_hash(), EMPTY_ROOT);
         assert_eq!(t.root_hash(), full, "the older version is untouched");
         assert!(t.get(&nibbles(&keys[3])).is_some());
+    }
+
+    #[test]
+    fn unstored_leaves_are_those_written_since_the_records_were_taken() {
+        let leaves = |t: &Trie<Raw>| {
+            let mut v = Vec::new();
+            t.for_each_unstored_leaf(|p, r| v.push((p.to_vec(), r.0.clone())));
+            v
+        };
+        let mut t = Trie::new();
+        let keys: Vec<[u8; 64]> = (0u16..300)
+            .map(|i| nibbles(&keccak256(&i.to_le_bytes())))
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            t.insert(k, Raw(vec![i as u8]), &NoLoader).unwrap();
+        }
+        let all = leaves(&t);
+        assert_eq!(
+            all.len(),
+            keys.len(),
+            "before any records were taken: every leaf"
+        );
+        assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "in path order");
+        t.root_hash();
+        t.take_dirty(|_, _| {});
+        assert!(leaves(&t).is_empty(), "every leaf is stored now");
+        // Changes: two updates, one new key, one removal next to a leaf that then moves up.
+        t.insert(&keys[5], Raw(vec![0xaa]), &NoLoader).unwrap();
+        *t.get_mut(&keys[9], &NoLoader).unwrap().unwrap() = Raw(vec![0xbb]);
+        let fresh = nibbles(&keccak256(b"fresh"));
+        t.insert(&fresh, Raw(vec![0xcc]), &NoLoader).unwrap();
+        assert!(t.remove(&keys[17], &NoLoader).unwrap());
+        let got = leaves(&t);
+        for (k, v) in [(&keys[5], 0xaa), (&keys[9], 0xbb), (&fresh, 0xcc)] {
+            assert!(
+                got.contains(&(k.to_vec(), vec![v])),
+                "a written leaf is listed"
+            );
+        }
+        assert!(
+            !got.iter().any(|(p, _)| p[..] == keys[17][..]),
+            "a removed leaf is not"
+        );
+        for (p, v) in &got {
+            assert_eq!(
+                t.get(p).map(|r| &r.0),
+                Some(v),
+                "a listed leaf is in the trie"
+            );
+        }
+        assert!(
+            got.len() <= 5,
+            "only what the changes touched: {}",
+            got.len()
+        );
     }
 
     /// A store for the paged-trie test: branch records by position and leaves by full path.
