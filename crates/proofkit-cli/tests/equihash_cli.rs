@@ -3,25 +3,17 @@
 
 use std::process::{Command, Stdio};
 
-const SOLVE: &[&str] = &[
-    "equihash",
-    "solve",
-    "--n",
-    "96",
-    "--k",
-    "5",
-    "--input",
-    "block header",
-    "--nonce",
-    "0",
-];
+/// `proofkit equihash <command>` on the (96,5) instance "block header", nonce 0.
+fn equihash(command: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proofkit"));
+    cmd.args(["equihash", command, "--n", "96", "--k", "5"]);
+    cmd.args(["--input", "block header", "--nonce", "0"]);
+    cmd
+}
 
 #[test]
 fn solve_prints_every_solution_and_verify_accepts_it() {
-    let out = Command::new(env!("CARGO_BIN_EXE_proofkit"))
-        .args(SOLVE)
-        .output()
-        .expect("run proofkit");
+    let out = equihash("solve").output().expect("run proofkit");
     assert!(
         out.status.success(),
         "{}",
@@ -31,18 +23,8 @@ fn solve_prints_every_solution_and_verify_accepts_it() {
     let lines: Vec<&str> = text.lines().collect();
     // shared/vectors/equihash.json lists more than one solution for this instance.
     assert!(lines.len() > 1, "{text}");
-    let out = Command::new(env!("CARGO_BIN_EXE_proofkit"))
-        .args([
-            "equihash",
-            "verify",
-            "--n",
-            "96",
-            "--k",
-            "5",
-            "--input",
-            "block header",
-        ])
-        .args(["--nonce", "0", "--solution-hex", lines[0]])
+    let out = equihash("verify")
+        .args(["--solution-hex", lines[0]])
         .output()
         .expect("run proofkit");
     assert!(out.status.success());
@@ -54,8 +36,7 @@ fn solve_prints_every_solution_and_verify_accepts_it() {
 #[test]
 fn closed_stdout_is_not_a_panic() {
     for json in [false, true] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_proofkit"));
-        cmd.args(SOLVE);
+        let mut cmd = equihash("solve");
         if json {
             cmd.arg("--json");
         }

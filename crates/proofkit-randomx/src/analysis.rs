@@ -22,7 +22,7 @@ use crate::config::*;
 use crate::program::Program;
 use crate::superscalar::SuperscalarProgram;
 use crate::vm::interpreter::{self, Bytecode};
-use crate::vm::{float, DatasetSource, RegisterFile};
+use crate::vm::{float, DatasetSource, ProgramConfig, RegisterFile};
 use crate::Error;
 use proofkit_core::memory::{LargeBuffer, PagePolicy};
 use std::time::Instant;
@@ -155,49 +155,6 @@ impl HashTiming {
             + self.register_hash_ns.iter().sum::<u64>()
             + self.scratchpad_hash_ns
             + self.final_ns
-    }
-}
-
-/// Program configuration from the entropy block (specs.md 4.5); the same derivation as the VM's.
-struct ProgramConfig {
-    read_reg: [usize; 4],
-    dataset_offset: u64,
-    e_mask: [u64; 2],
-    ma: u32,
-    mx: u32,
-    a: [[f64; 2]; 4],
-}
-
-impl ProgramConfig {
-    fn new(program: &Program) -> Self {
-        let ent = &program.entropy;
-        let small_positive_float = |entropy: u64| {
-            let exponent = ((entropy >> 59) + 1023) & 0x7ff;
-            f64::from_bits((exponent << 52) | (entropy & ((1 << 52) - 1)))
-        };
-        let float_mask = |entropy: u64| {
-            let exponent = 0x300 | ((entropy >> 60) << 4);
-            (entropy & ((1 << 22) - 1)) | (exponent << 52)
-        };
-        let sel = ent[12];
-        ProgramConfig {
-            read_reg: [
-                (sel & 1) as usize,
-                2 + ((sel >> 1) & 1) as usize,
-                4 + ((sel >> 2) & 1) as usize,
-                6 + ((sel >> 3) & 1) as usize,
-            ],
-            dataset_offset: (ent[13] % DATASET_EXTRA_ITEMS) * 64,
-            e_mask: [float_mask(ent[14]), float_mask(ent[15])],
-            ma: (ent[8] & CACHE_LINE_ALIGN_MASK) as u32,
-            mx: ent[10] as u32,
-            a: std::array::from_fn(|i| {
-                [
-                    small_positive_float(ent[2 * i]),
-                    small_positive_float(ent[2 * i + 1]),
-                ]
-            }),
-        }
     }
 }
 
@@ -347,7 +304,7 @@ impl AnalysisVm {
             let start = clock_ns();
             let program = generate_program(&seed, self.version, self.aes);
             let code = interpreter::decode(&program);
-            let cfg = ProgramConfig::new(&program);
+            let cfg = ProgramConfig::from_entropy(&program.entropy);
             #[cfg(target_arch = "x86_64")]
             let mode = match self.source {
                 DatasetSource::Fast(_) => crate::vm::jit_x86_64::JitMode::Fast,
@@ -431,7 +388,7 @@ impl AnalysisVm {
         fprc: &mut u32,
         obs: &mut O,
     ) {
-        let cfg = ProgramConfig::new(program);
+        let cfg = ProgramConfig::from_entropy(&program.entropy);
         let v2 = self.version == crate::Version::V2;
         let aes = self.aes;
         self.regs.a = cfg.a;

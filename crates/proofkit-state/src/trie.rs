@@ -678,39 +678,8 @@ impl<V: TrieValue> Trie<V> {
     /// order: the values written since the last [`Trie::take_dirty`], and leaves a write moved
     /// (a new neighbour split the branch above them). Call before `take_dirty`.
     pub fn for_each_unstored_leaf<'a>(&'a self, mut f: impl FnMut(&[u8], &'a V)) {
-        fn walk<'a, V>(cell: &'a Cell<V>, prefix: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], &'a V)) {
-            // A changed node's ancestors are all changed copies (`Arc::make_mut` on the
-            // way down), so a stored node has no unstored leaf below it.
-            if cell.has(STORED) {
-                return;
-            }
-            match &cell.node {
-                Node::Hole | Node::Stored(_) => {}
-                Node::Leaf { path, value } => {
-                    let n = prefix.len();
-                    prefix.extend_from_slice(path);
-                    f(prefix, value);
-                    prefix.truncate(n);
-                }
-                Node::Extension { path, child } => {
-                    let n = prefix.len();
-                    prefix.extend_from_slice(path);
-                    walk(child, prefix, f);
-                    prefix.truncate(n);
-                }
-                Node::Branch { children } => {
-                    for (i, c) in children.iter().enumerate() {
-                        if let Some(c) = c {
-                            prefix.push(i as u8);
-                            walk(c, prefix, f);
-                            prefix.pop();
-                        }
-                    }
-                }
-            }
-        }
         if let Some(r) = &self.root {
-            walk(r, &mut Vec::with_capacity(64), &mut f);
+            walk_leaves(r, &mut Vec::with_capacity(64), true, &mut f);
         }
     }
 
@@ -729,34 +698,47 @@ impl<V: TrieValue> Trie<V> {
     /// Visits every (path, value) held in memory, in path order (all of them for a trie that
     /// was never pruned; stored subtrees are skipped).
     pub fn for_each(&self, mut f: impl FnMut(&[u8], &V)) {
-        fn walk<V>(cell: &Cell<V>, prefix: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], &V)) {
-            match &cell.node {
-                Node::Hole | Node::Stored(_) => {}
-                Node::Leaf { path, value } => {
-                    let n = prefix.len();
-                    prefix.extend_from_slice(path);
-                    f(prefix, value);
-                    prefix.truncate(n);
-                }
-                Node::Extension { path, child } => {
-                    let n = prefix.len();
-                    prefix.extend_from_slice(path);
-                    walk(child, prefix, f);
-                    prefix.truncate(n);
-                }
-                Node::Branch { children } => {
-                    for (i, c) in children.iter().enumerate() {
-                        if let Some(c) = c {
-                            prefix.push(i as u8);
-                            walk(c, prefix, f);
-                            prefix.pop();
-                        }
-                    }
+        if let Some(r) = &self.root {
+            walk_leaves(r, &mut Vec::with_capacity(64), false, &mut f);
+        }
+    }
+}
+
+/// Calls `f` with the full nibble path and value of every leaf held in memory below `cell`, in
+/// path order; with `unstored_only`, skips the subtrees already in the store (a changed node's
+/// ancestors are all changed copies, made by `Arc::make_mut` on the way down, so a stored node
+/// has no unstored leaf below it).
+fn walk_leaves<'a, V>(
+    cell: &'a Cell<V>,
+    prefix: &mut Vec<u8>,
+    unstored_only: bool,
+    f: &mut dyn FnMut(&[u8], &'a V),
+) {
+    if unstored_only && cell.has(STORED) {
+        return;
+    }
+    match &cell.node {
+        Node::Hole | Node::Stored(_) => {}
+        Node::Leaf { path, value } => {
+            let n = prefix.len();
+            prefix.extend_from_slice(path);
+            f(prefix, value);
+            prefix.truncate(n);
+        }
+        Node::Extension { path, child } => {
+            let n = prefix.len();
+            prefix.extend_from_slice(path);
+            walk_leaves(child, prefix, unstored_only, f);
+            prefix.truncate(n);
+        }
+        Node::Branch { children } => {
+            for (i, c) in children.iter().enumerate() {
+                if let Some(c) = c {
+                    prefix.push(i as u8);
+                    walk_leaves(c, prefix, unstored_only, f);
+                    prefix.pop();
                 }
             }
-        }
-        if let Some(r) = &self.root {
-            walk(r, &mut Vec::with_capacity(64), &mut f);
         }
     }
 }

@@ -101,29 +101,53 @@ impl Default for VmOptions {
     }
 }
 
-/// A generated, decoded program and its start values of `ma` and `mx`.
+/// A generated, decoded program and its configuration.
 struct PreparedProgram {
     code: Vec<interpreter::Bytecode>,
-    cfg: Config,
-    ma: u32,
-    mx: u32,
+    cfg: ProgramConfig,
 }
 
-/// Program configuration derived from the 128-byte entropy block (specs.md 4.5).
-struct Config {
-    read_reg: [usize; 4],
-    dataset_offset: u64,
-    e_mask: [u64; 2],
+/// Program configuration derived from the 128-byte entropy block (specs.md 4.5): the address
+/// registers, datasetOffset, the E mask, the start values of `ma` and `mx`, the `a` registers.
+pub(crate) struct ProgramConfig {
+    pub(crate) read_reg: [usize; 4],
+    pub(crate) dataset_offset: u64,
+    pub(crate) e_mask: [u64; 2],
+    pub(crate) ma: u32,
+    pub(crate) mx: u32,
+    pub(crate) a: [[f64; 2]; 4],
 }
 
-fn small_positive_float(entropy: u64) -> f64 {
-    let exponent = ((entropy >> 59) + 1023) & 0x7ff;
-    f64::from_bits((exponent << 52) | (entropy & ((1 << 52) - 1)))
-}
-
-fn float_mask(entropy: u64) -> u64 {
-    let exponent = 0x300 | ((entropy >> 60) << 4);
-    (entropy & ((1 << 22) - 1)) | (exponent << 52)
+impl ProgramConfig {
+    pub(crate) fn from_entropy(ent: &[u64; 16]) -> Self {
+        let small_positive_float = |entropy: u64| {
+            let exponent = ((entropy >> 59) + 1023) & 0x7ff;
+            f64::from_bits((exponent << 52) | (entropy & ((1 << 52) - 1)))
+        };
+        let float_mask = |entropy: u64| {
+            let exponent = 0x300 | ((entropy >> 60) << 4);
+            (entropy & ((1 << 22) - 1)) | (exponent << 52)
+        };
+        let sel = ent[12];
+        ProgramConfig {
+            read_reg: [
+                (sel & 1) as usize,
+                2 + ((sel >> 1) & 1) as usize,
+                4 + ((sel >> 2) & 1) as usize,
+                6 + ((sel >> 3) & 1) as usize,
+            ],
+            dataset_offset: (ent[13] % DATASET_EXTRA_ITEMS) * 64,
+            e_mask: [float_mask(ent[14]), float_mask(ent[15])],
+            ma: (ent[8] & CACHE_LINE_ALIGN_MASK) as u32,
+            mx: ent[10] as u32,
+            a: std::array::from_fn(|i| {
+                [
+                    small_positive_float(ent[2 * i]),
+                    small_positive_float(ent[2 * i + 1]),
+                ]
+            }),
+        }
+    }
 }
 
 /// A RandomX virtual machine.
@@ -371,29 +395,9 @@ impl Vm {
                     .expect("8 bytes"),
             )
         });
-
-        for i in 0..4 {
-            self.regs.a[i] = [
-                small_positive_float(ent[2 * i]),
-                small_positive_float(ent[2 * i + 1]),
-            ];
-        }
-        let sel = ent[12];
-        PreparedProgram {
-            code,
-            cfg: Config {
-                read_reg: [
-                    (sel & 1) as usize,
-                    2 + ((sel >> 1) & 1) as usize,
-                    4 + ((sel >> 2) & 1) as usize,
-                    6 + ((sel >> 3) & 1) as usize,
-                ],
-                dataset_offset: (ent[13] % DATASET_EXTRA_ITEMS) * 64,
-                e_mask: [float_mask(ent[14]), float_mask(ent[15])],
-            },
-            ma: (ent[8] & CACHE_LINE_ALIGN_MASK) as u32,
-            mx: ent[10] as u32,
-        }
+        let cfg = ProgramConfig::from_entropy(&ent);
+        self.regs.a = cfg.a;
+        PreparedProgram { code, cfg }
     }
 
     /// The JIT state for a prepared program: `a`, masks, `ma`/`mx`, spAddr, fprc, iterations.
@@ -408,8 +412,8 @@ impl Vm {
         state.r = [0; 8];
         state.a = regs.a;
         state.e_mask = p.cfg.e_mask;
-        state.mem = p.ma as u64 | ((p.mx as u64) << 32);
-        state.sp_addr = p.mx as u64 | ((p.ma as u64) << 32);
+        state.mem = p.cfg.ma as u64 | ((p.cfg.mx as u64) << 32);
+        state.sp_addr = p.cfg.mx as u64 | ((p.cfg.ma as u64) << 32);
         state.fprc = fprc;
         state.iterations = iterations as u64;
     }
@@ -424,7 +428,7 @@ impl Vm {
     fn run_prepared(&mut self, prepared: &PreparedProgram, fprc: &mut u32, iterations: usize) {
         let code = &prepared.code;
         let cfg = &prepared.cfg;
-        let (mut ma, mut mx) = (prepared.ma, prepared.mx);
+        let (mut ma, mut mx) = (cfg.ma, cfg.mx);
         let v2 = self.opts.version == Version::V2;
         let aes = self.opts.aes;
 
