@@ -449,16 +449,7 @@ impl AnalysisVm {
             }
             self.regs.r.copy_from_slice(&r[..8]);
             obs.iteration_end(iteration, &self.regs);
-            let read = ma as u64 & CACHE_LINE_ALIGN_MASK;
-            let mix = (r[cfg.read_reg[2]] ^ r[cfg.read_reg[3]]) as u32;
-            if v2 {
-                ma ^= mix;
-            } else {
-                mx ^= mix;
-            }
-            self.source
-                .xor_item((cfg.dataset_offset + read) / 64, &mut r);
-            std::mem::swap(&mut mx, &mut ma);
+            crate::vm::read_dataset(&self.source, &cfg, &mut r, &mut ma, &mut mx, v2);
             obs.write(sp_addr1, 64, AccessKind::IntegerStore);
             obs.write(sp_addr0, 64, AccessKind::FloatStore);
             crate::vm::store_iteration(&mut self.regs, &r, sp, sp_addr0, sp_addr1, aes, v2);

@@ -486,17 +486,8 @@ impl Vm {
             }
             // 4: the program.
             interpreter::execute(code, &mut self.regs, &mut r, fprc, sp, &cfg.e_mask, v2);
-            // 5-8: dataset read (v1 prefetches through mx, v2 through ma: two iterations ahead).
-            let read = ma as u64 & CACHE_LINE_ALIGN_MASK;
-            let mix = (r[cfg.read_reg[2]] ^ r[cfg.read_reg[3]]) as u32;
-            if v2 {
-                ma ^= mix;
-            } else {
-                mx ^= mix;
-            }
-            self.source
-                .xor_item((cfg.dataset_offset + read) / 64, &mut r);
-            std::mem::swap(&mut mx, &mut ma);
+            // 5-8: dataset read.
+            read_dataset(&self.source, cfg, &mut r, &mut ma, &mut mx, v2);
             store_iteration(&mut self.regs, &r, sp, sp_addr0, sp_addr1, aes, v2);
             // 12.
             sp_addr0 = 0;
@@ -504,6 +495,28 @@ impl Vm {
         }
         self.regs.r.copy_from_slice(&r[..8]);
     }
+}
+
+/// Steps 5-8 of 4.6.2: `mx` (v1) or `ma` (v2) mixed with the two address registers, the dataset
+/// item at `ma` XORed into `r`, then `ma` and `mx` swapped (v1 prefetches through `mx`, v2
+/// through `ma`: two iterations ahead). Shared by the interpreter loop and the analyses.
+pub(crate) fn read_dataset(
+    source: &DatasetSource,
+    cfg: &ProgramConfig,
+    r: &mut [u64; 9],
+    ma: &mut u32,
+    mx: &mut u32,
+    v2: bool,
+) {
+    let read = *ma as u64 & CACHE_LINE_ALIGN_MASK;
+    let mix = (r[cfg.read_reg[2]] ^ r[cfg.read_reg[3]]) as u32;
+    if v2 {
+        *ma ^= mix;
+    } else {
+        *mx ^= mix;
+    }
+    source.xor_item((cfg.dataset_offset + read) / 64, r);
+    std::mem::swap(mx, ma);
 }
 
 /// Steps 9-11 of 4.6.2: integer registers `r` to the scratchpad at `sp_addr1`, F mixed with E
