@@ -178,11 +178,6 @@ pub fn memory_operand(code: &Bytecode, r: &[u64; 9]) -> Option<(u32, AccessKind)
     }
 }
 
-fn load64(sp: &[u8], a: u32) -> u64 {
-    let a = a as usize;
-    u64::from_le_bytes(sp[a..a + 8].try_into().expect("8 bytes"))
-}
-
 /// The clock of [`AnalysisVm::hash_timed`]: CPU time of the calling thread where the OS has it
 /// (time spent descheduled on a busy machine is not counted), else wall-clock time.
 fn clock_ns() -> u64 {
@@ -398,19 +393,10 @@ impl AnalysisVm {
         let mut sp_addr1 = ma;
         let sp = self.scratchpad.as_mut_slice();
         for iteration in 0..PROGRAM_ITERATIONS {
-            let sp_mix = r[cfg.read_reg[0]] ^ r[cfg.read_reg[1]];
-            sp_addr0 = (sp_addr0 ^ sp_mix as u32) & SCRATCHPAD_L3_MASK64;
-            sp_addr1 = (sp_addr1 ^ (sp_mix >> 32) as u32) & SCRATCHPAD_L3_MASK64;
+            (sp_addr0, sp_addr1) =
+                crate::vm::load_iteration(&mut self.regs, &mut r, sp, &cfg, sp_addr0, sp_addr1);
             obs.read(sp_addr0, 64, AccessKind::IntegerLoad);
-            for (i, reg) in r.iter_mut().take(8).enumerate() {
-                *reg ^= load64(sp, sp_addr0 + 8 * i as u32);
-            }
             obs.read(sp_addr1, 64, AccessKind::FloatLoad);
-            for i in 0..4 {
-                self.regs.f[i] = interpreter::convert_f(load64(sp, sp_addr1 + 8 * i as u32));
-                self.regs.e[i] =
-                    interpreter::convert_e(load64(sp, sp_addr1 + 8 * (4 + i) as u32), &cfg.e_mask);
-            }
             let mut pc = 0usize;
             while pc < code.len() {
                 obs.instruction(pc, &code[pc]);

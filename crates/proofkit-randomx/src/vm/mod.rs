@@ -463,27 +463,9 @@ impl Vm {
         let mut sp_addr1 = ma;
         let sp = self.scratchpad.as_mut_slice();
         for _ in 0..iterations {
-            // 1: scratchpad addresses.
-            let sp_mix = r[cfg.read_reg[0]] ^ r[cfg.read_reg[1]];
-            sp_addr0 = (sp_addr0 ^ sp_mix as u32) & SCRATCHPAD_L3_MASK64;
-            sp_addr1 = (sp_addr1 ^ (sp_mix >> 32) as u32) & SCRATCHPAD_L3_MASK64;
-            // 2: integer registers from the scratchpad.
-            for i in 0..8 {
-                let a = sp_addr0 as usize + 8 * i;
-                r[i] ^= u64::from_le_bytes(sp[a..a + 8].try_into().expect("8 bytes"));
-            }
-            // 3: F and E registers.
-            for i in 0..4 {
-                let a = sp_addr1 as usize + 8 * i;
-                self.regs.f[i] = interpreter::convert_f(u64::from_le_bytes(
-                    sp[a..a + 8].try_into().expect("8 bytes"),
-                ));
-                let a = sp_addr1 as usize + 8 * (4 + i);
-                self.regs.e[i] = interpreter::convert_e(
-                    u64::from_le_bytes(sp[a..a + 8].try_into().expect("8 bytes")),
-                    &cfg.e_mask,
-                );
-            }
+            // 1-3: scratchpad addresses, integer, F and E registers from the scratchpad.
+            (sp_addr0, sp_addr1) =
+                load_iteration(&mut self.regs, &mut r, sp, cfg, sp_addr0, sp_addr1);
             // 4: the program.
             interpreter::execute(code, &mut self.regs, &mut r, fprc, sp, &cfg.e_mask, v2);
             // 5-8: dataset read.
@@ -495,6 +477,33 @@ impl Vm {
         }
         self.regs.r.copy_from_slice(&r[..8]);
     }
+}
+
+/// Steps 1-3 of 4.6.2: spAddr0/spAddr1 mixed with the two address registers (their carried
+/// values are non-zero only on the first iteration), `r ^=` the 64 bytes at spAddr0, F and E
+/// from the 64 bytes at spAddr1. Returns the two addresses. Shared by the interpreter loop and
+/// the analyses.
+pub(crate) fn load_iteration(
+    regs: &mut RegisterFile,
+    r: &mut [u64; 9],
+    sp: &[u8],
+    cfg: &ProgramConfig,
+    sp_addr0: u32,
+    sp_addr1: u32,
+) -> (u32, u32) {
+    let word =
+        |a: u32| u64::from_le_bytes(sp[a as usize..a as usize + 8].try_into().expect("8 bytes"));
+    let sp_mix = r[cfg.read_reg[0]] ^ r[cfg.read_reg[1]];
+    let sp_addr0 = (sp_addr0 ^ sp_mix as u32) & SCRATCHPAD_L3_MASK64;
+    let sp_addr1 = (sp_addr1 ^ (sp_mix >> 32) as u32) & SCRATCHPAD_L3_MASK64;
+    for (i, reg) in r.iter_mut().take(8).enumerate() {
+        *reg ^= word(sp_addr0 + 8 * i as u32);
+    }
+    for i in 0..4 {
+        regs.f[i] = interpreter::convert_f(word(sp_addr1 + 8 * i as u32));
+        regs.e[i] = interpreter::convert_e(word(sp_addr1 + 8 * (4 + i) as u32), &cfg.e_mask);
+    }
+    (sp_addr0, sp_addr1)
 }
 
 /// Steps 5-8 of 4.6.2: `mx` (v1) or `ma` (v2) mixed with the two address registers, the dataset
