@@ -11,7 +11,7 @@ use proofkit_miner::engine::{Engine, EngineConfig, Mode};
 use proofkit_miner::stats::{fmt_rate, Status};
 use proofkit_miner::stratum::{run_pool, PoolConfig, StratumConfig};
 use proofkit_miner::target::Target;
-use proofkit_randomx::{Cache, Dataset, DatasetSource, Version, Vm, VmOptions};
+use proofkit_randomx::{Cache, DatasetSource, Version, Vm, VmOptions};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -346,19 +346,7 @@ fn mine_blob(a: MineArgs) -> CliResult {
     if threads == 0 || a.count == 0 {
         return Err(usage("--threads and --count must be at least 1"));
     }
-    let t0 = Instant::now();
-    let cache = Arc::new(Cache::new(&key, pages.policy())?);
-    let source = if a.light {
-        DatasetSource::Light(cache)
-    } else {
-        let d = crate::randomx::build_dataset(&cache, pages, threads, false)?;
-        eprintln!(
-            "dataset ready in {:.1} s ({} pages)",
-            t0.elapsed().as_secs_f64(),
-            d.page_kind()
-        );
-        DatasetSource::Fast(Arc::new(d))
-    };
+    let source = hashing_source(&key, a.light, pages, threads)?;
     let opts = VmOptions {
         version: if a.v2 { Version::V2 } else { Version::V1 },
         pages: pages.policy(),
@@ -461,6 +449,28 @@ fn mine_blob(a: MineArgs) -> CliResult {
     Ok(())
 }
 
+/// The cache for `key` (light mode), or the dataset built from it on `threads` threads, with its
+/// build time on stderr.
+fn hashing_source(
+    key: &[u8],
+    light: bool,
+    pages: Pages,
+    threads: usize,
+) -> Result<DatasetSource, Box<dyn std::error::Error + Send + Sync>> {
+    let t0 = Instant::now();
+    let cache = Arc::new(Cache::new(key, pages.policy())?);
+    if light {
+        return Ok(DatasetSource::Light(cache));
+    }
+    let d = crate::randomx::build_dataset(&cache, pages, threads, false)?;
+    eprintln!(
+        "dataset ready in {:.1} s ({} pages)",
+        t0.elapsed().as_secs_f64(),
+        d.page_kind()
+    );
+    Ok(DatasetSource::Fast(Arc::new(d)))
+}
+
 /// `randomx bench --xmrig N`: xmrig's benchmark hash sum over N nonces (one thread: the chained
 /// variant). Exits 1 when N has a published value and the sum differs.
 pub fn xmrig_bench(count: &str, threads: usize, light: bool, pages: Pages) -> CliResult {
@@ -469,19 +479,7 @@ pub fn xmrig_bench(count: &str, threads: usize, light: bool, pages: Pages) -> Cl
     if threads == 0 {
         return Err(usage("--threads must be at least 1"));
     }
-    let t0 = Instant::now();
-    let cache = Arc::new(Cache::new(&xmrig::KEY, pages.policy())?);
-    let source = if light {
-        DatasetSource::Light(cache)
-    } else {
-        let d: Dataset = crate::randomx::build_dataset(&cache, pages, threads, false)?;
-        eprintln!(
-            "dataset ready in {:.1} s ({} pages)",
-            t0.elapsed().as_secs_f64(),
-            d.page_kind()
-        );
-        DatasetSource::Fast(Arc::new(d))
-    };
+    let source = hashing_source(&xmrig::KEY, light, pages, threads)?;
     let opts = VmOptions {
         pages: pages.policy(),
         ..Default::default()
