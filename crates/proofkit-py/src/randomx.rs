@@ -363,6 +363,7 @@ impl PyVm {
             pages: pages(flags),
             jit: flags & FLAG_JIT != 0,
             secure: flags & FLAG_SECURE != 0,
+            ..Default::default()
         };
         let vm = Vm::new(src, opts).map_err(|e| rx_error(py, e))?;
         Ok(PyVm {

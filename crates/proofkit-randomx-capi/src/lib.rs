@@ -435,6 +435,7 @@ pub unsafe extern "C" fn randomx_create_vm(
             pages: page_policy(flags),
             jit: has(flags, RANDOMX_FLAG_JIT),
             secure: has(flags, RANDOMX_FLAG_SECURE),
+            ..Default::default()
         };
         match Vm::new(source, opts) {
             Ok(vm) if pages_ok(flags, vm.scratchpad_pages()) => {

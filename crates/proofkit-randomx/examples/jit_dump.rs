@@ -11,7 +11,13 @@ fn main() {
     Aes::detect().fill_4r(&mut seed, &mut bytes);
     let program = Program::from_bytes(&bytes, 256);
     let code = interpreter::decode(&program);
-    let machine = jit_x86_64::compile(&code, [0, 2, 4, 6], jit_x86_64::JitMode::Fast, false);
+    let machine = jit_x86_64::compile(
+        &code,
+        [0, 2, 4, 6],
+        jit_x86_64::JitMode::Fast,
+        false,
+        Default::default(),
+    );
     std::fs::write(&path, &machine).unwrap();
     println!("{} bytes to {path}", machine.len());
 }

@@ -40,6 +40,7 @@ fn main() {
             [0, 2, 4, 6],
             jit_x86_64::JitMode::Fast,
             false,
+            Default::default(),
         );
     }
     println!(

@@ -313,6 +313,7 @@ impl AnalysisVm {
                     cfg.read_reg.map(|x| x as u8),
                     mode,
                     self.version == crate::Version::V2,
+                    crate::vm::JitRounding::Auto,
                 );
             }
             t.generate_ns.push(elapsed_ns(start));

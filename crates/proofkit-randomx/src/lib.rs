@@ -44,7 +44,7 @@ pub use cache::Cache;
 pub use config::Version;
 pub use dataset::Dataset;
 pub use proofkit_core::memory::{PageKind, PagePolicy};
-pub use vm::{DatasetSource, Vm, VmOptions};
+pub use vm::{DatasetSource, JitRounding, Vm, VmOptions};
 
 /// Errors of the RandomX library.
 #[derive(Debug, thiserror::Error)]

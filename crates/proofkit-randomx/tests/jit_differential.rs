@@ -4,11 +4,25 @@
 //! is the cargo-fuzz target `fuzz/fuzz_targets/jit_vs_interpreter.rs`.
 
 mod common;
-use proofkit_randomx::{DatasetSource, Version, Vm, VmOptions};
+use proofkit_randomx::{DatasetSource, JitRounding, Version, Vm, VmOptions};
 use rand::{RngCore, SeedableRng};
 
 #[test]
-fn jit_equals_interpreter_on_random_programs() {
+fn jit_equals_interpreter_on_random_programs_mxcsr_rounding() {
+    jit_equals_interpreter(JitRounding::Mxcsr);
+}
+
+/// The same with the four loop copies and AVX-512 static rounding.
+#[test]
+fn jit_equals_interpreter_on_random_programs_embedded_rounding() {
+    if !proofkit_core::cpu::features().avx512f {
+        eprintln!("skipped: CPU lacks AVX-512F (embedded rounding)");
+        return;
+    }
+    jit_equals_interpreter(JitRounding::Embedded);
+}
+
+fn jit_equals_interpreter(rounding: JitRounding) {
     let cache = common::cache(b"jit differential key");
     let mk = |jit: bool, version: Version| {
         let vm = Vm::new(
@@ -16,6 +30,7 @@ fn jit_equals_interpreter_on_random_programs() {
             VmOptions {
                 version,
                 jit,
+                rounding,
                 ..Default::default()
             },
         )
@@ -71,11 +86,16 @@ fn jit_equals_interpreter_on_random_programs() {
 #[test]
 fn caller_rounding_mode_is_preserved() {
     let cache = common::cache(b"test key 000");
-    for jit in [true, false] {
+    for (jit, rounding) in [
+        (true, JitRounding::Mxcsr),
+        (true, JitRounding::Embedded),
+        (false, JitRounding::Auto),
+    ] {
         let mut vm = Vm::new(
             DatasetSource::Light(cache.clone()),
             VmOptions {
                 jit,
+                rounding,
                 ..Default::default()
             },
         )
@@ -84,7 +104,7 @@ fn caller_rounding_mode_is_preserved() {
         vm.hash(b"This is a test");
         // Rounding control and exception masks unchanged (the sticky status flags in bits 0-5
         // are set by any floating-point code and are not part of the mode).
-        assert_eq!(mxcsr() & !0x3F, before & !0x3F, "jit {jit}");
+        assert_eq!(mxcsr() & !0x3F, before & !0x3F, "jit {jit} {rounding:?}");
         // 0.1 + 0.2 in round-to-nearest is 0.30000000000000004.
         let x = std::hint::black_box(0.1f64) + std::hint::black_box(0.2f64);
         assert_eq!(x, 0.30000000000000004);

@@ -81,6 +81,20 @@ fn mem_tail(s: &mut impl Sink, reg: u8, m: &VMem) {
     s.put(&m.disp.to_le_bytes());
 }
 
+/// `op zmm_dst{rc-sae}, zmm_src1, zmm_src2` (map 0F, 66, W1) with static rounding `rc`
+/// (0 nearest, 1 down, 2 up, 3 toward zero: MXCSR.RC's order and RandomX's `fprc`).
+pub fn rrr_rounded(s: &mut impl Sink, opcode: u8, dst: u8, src1: u8, src2: u8, rc: u8) {
+    debug_assert!(dst < 32 && src1 < 32 && src2 < 32 && rc < 4);
+    let p0 = ((!(dst >> 3) & 1) << 7)
+        | ((!(src2 >> 4) & 1) << 6)
+        | ((!(src2 >> 3) & 1) << 5)
+        | ((!(dst >> 4) & 1) << 4)
+        | Map::M0F as u8;
+    let p1 = 0x80 | ((!src1 & 0xF) << 3) | 0x04 | Pp::P66 as u8;
+    let p2 = (rc << 5) | 0x10 | ((!(src1 >> 4) & 1) << 3);
+    s.put(&[0x62, p0, p1, p2, opcode, modrm(3, dst & 7, src2 & 7)]);
+}
+
 /// `op zmm_dst, zmm_src1, [mem]` (or `[mem]{1to8}`).
 pub fn rrm(s: &mut impl Sink, map: Map, opcode: u8, dst: u8, src1: u8, m: &VMem) {
     debug_assert!(m.base < 16);

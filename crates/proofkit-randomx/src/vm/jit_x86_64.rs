@@ -21,13 +21,23 @@
 //! current iteration, and in light mode a 64-byte item buffer plus save areas for the caller-saved
 //! registers around the item callback.
 //!
-//! Rounding: the function saves the caller's MXCSR, sets it from `fprc`, lets CFROUND change it,
-//! and restores the caller's MXCSR on return (vector `rounding_rule`).
+//! Rounding ([`Rounding`]): the function saves the caller's MXCSR and restores it on return
+//! (vector `rounding_rule`). In between, either
+//! - `Mxcsr` (the reference's way): MXCSR is set from `fprc` and CFROUND writes it. Zen 4
+//!   serializes on a changed MXCSR: measured 4-7% of the loop's time (`CFROUND` emitted as
+//!   nothing, paired runs on the zero dataset), or
+//! - `Embedded`: MXCSR stays at round-to-nearest and the loop is emitted four times, copy `m`
+//!   rounding every FP operation statically to mode `m` (AVX-512 embedded rounding, EVEX
+//!   `{rn,rd,ru,rz}-sae`, which needs the 512-bit form: the upper lanes compute on zeros and are
+//!   never read). CFROUND jumps to the same place in the copy of its new mode; CBRANCH and the
+//!   loop branch stay inside their copy. Copies 1-3 are byte copies of copy 0 with the rounding
+//!   bits and the cross-copy displacements patched, so compiling costs one emission.
 #![allow(unsafe_code)]
 
 use super::interpreter::Bytecode;
 use crate::config::*;
 use crate::jit::asm::{self, Mem, Sink, RAX, RBP, RBX, RCX, RDI, RDX, RSI, RSP};
+use crate::jit::evex;
 use crate::jit::JitError;
 use proofkit_core::memory::{LargeBuffer, PageKind, PagePolicy};
 use std::mem::offset_of;
@@ -95,6 +105,8 @@ const FRAME_SP_CARRY: i32 = 8;
 const FRAME_STATE: i32 = 16;
 const FRAME_SP0: i32 = 24;
 const FRAME_SP1: i32 = 32;
+/// `Embedded`: the rounding mode of the copy that left the loop.
+const FRAME_MODE: i32 = 40;
 const FRAME_ITEM: i32 = 48;
 const FRAME_XMM: i32 = 112;
 const FRAME_GPR: i32 = 240;
@@ -111,6 +123,34 @@ pub enum JitMode {
     Light,
 }
 
+pub use super::JitRounding as Rounding;
+
+impl Rounding {
+    /// The strategy `self` stands for on this CPU (never `Auto`).
+    pub fn resolve(self) -> Rounding {
+        let avx512 = proofkit_core::cpu::features().avx512f;
+        match self {
+            Rounding::Embedded if avx512 => Rounding::Embedded,
+            Rounding::Embedded | Rounding::Mxcsr => Rounding::Mxcsr,
+            Rounding::Auto => match std::env::var("PROOFKIT_JIT_ROUNDING").as_deref() {
+                Ok("mxcsr") => Rounding::Mxcsr,
+                Ok("embedded") => Rounding::Embedded.resolve(),
+                _ if avx512 && cpu_is_amd() => Rounding::Embedded,
+                _ => Rounding::Mxcsr,
+            },
+        }
+    }
+}
+
+fn cpu_is_amd() -> bool {
+    let v = std::arch::x86_64::__cpuid(0);
+    let mut vendor = [0u8; 12];
+    vendor[..4].copy_from_slice(&v.ebx.to_le_bytes());
+    vendor[4..8].copy_from_slice(&v.edx.to_le_bytes());
+    vendor[8..].copy_from_slice(&v.ecx.to_le_bytes());
+    &vendor == b"AuthenticAMD"
+}
+
 fn r(i: u8) -> u8 {
     8 + i
 }
@@ -123,9 +163,39 @@ fn state_off(field: usize) -> i32 {
     field as i32
 }
 
-/// Machine code being assembled, with the offsets of instruction starts (branch targets).
+/// Machine code being assembled. With embedded rounding it also records what differs between
+/// the four copies of the loop: the EVEX byte holding each FP operation's rounding mode and the
+/// displacements that point from a copy into copy 0.
 struct Assembler {
     code: Vec<u8>,
+    embedded: bool,
+    rounding_bytes: Vec<usize>,
+    to_copy0: Vec<usize>,
+    quarter_copy_size_imms: Vec<usize>,
+}
+
+impl Assembler {
+    fn scratch(embedded: bool) -> Self {
+        Assembler {
+            code: Vec::new(),
+            embedded,
+            rounding_bytes: Vec::new(),
+            to_copy0: Vec::new(),
+            quarter_copy_size_imms: Vec::new(),
+        }
+    }
+
+    /// Appends `other`, emitted on its own, with its recorded positions moved along.
+    fn append(&mut self, other: Assembler) {
+        let base = self.code.len();
+        self.code.extend_from_slice(&other.code);
+        self.rounding_bytes
+            .extend(other.rounding_bytes.iter().map(|p| p + base));
+        self.to_copy0
+            .extend(other.to_copy0.iter().map(|p| p + base));
+        self.quarter_copy_size_imms
+            .extend(other.quarter_copy_size_imms.iter().map(|p| p + base));
+    }
 }
 
 impl Sink for Assembler {
@@ -144,6 +214,30 @@ fn scratchpad_operand(a: &mut Assembler, src: u8, imm: u64, mask: u32, addr_reg:
         asm::and_r32_imm(a, addr_reg, mask);
         Mem::indexed(RSI, addr_reg, 0)
     }
+}
+
+/// `dst = dst op src` (`sqrtpd dst, src` for SQRTPD) on packed doubles, rounded by MXCSR or, with
+/// embedded rounding, statically to mode 0 (patched per copy).
+fn fp_op(a: &mut Assembler, op: u8, dst: u8, src: u8) {
+    if a.embedded {
+        a.rounding_bytes.push(a.code.len() + 3);
+        let src1 = if op == asm::SQRTPD { 0 } else { dst };
+        evex::rrr_rounded(a, op, dst, src1, src, 0);
+    } else {
+        asm::sse_rr(a, Some(0x66), op, dst, src);
+    }
+}
+
+/// Embedded rounding: jumps to the point right after this sequence in the copy of mode `eax / 4`
+/// (eax in {0, 4, 8, 12}). The multiplier (a quarter of the copy size) is filled in once copy 0
+/// is complete; inside a copy, the `lea` displacement is moved back to copy 0.
+fn jump_to_mode_copy(a: &mut Assembler) {
+    asm::imul_rri(a, RAX, RAX, 0);
+    a.quarter_copy_size_imms.push(a.code.len() - 4);
+    a.put(&[0x48, 0x8D, 0x0D]); // lea rcx, [rip + 5]: the end of this sequence
+    a.to_copy0.push(a.code.len());
+    a.put(&5i32.to_le_bytes());
+    a.put(&[0x48, 0x01, 0xC1, 0xFF, 0xE1]); // add rcx, rax; jmp rcx
 }
 
 fn emit_instruction(
@@ -266,8 +360,8 @@ fn emit_instruction(
         Bytecode::IrolI { dst, rot } => asm::shift_imm(a, 0, r(dst), rot as u8),
         Bytecode::IswapR { dst, src } => asm::xchg_rr(a, r(dst), r(src)),
         Bytecode::FswapR { reg } => asm::shufpd(a, reg, reg, 1),
-        Bytecode::FaddR { dst, src } => asm::sse_rr(a, Some(0x66), asm::ADDPD, dst, 8 + src),
-        Bytecode::FsubR { dst, src } => asm::sse_rr(a, Some(0x66), asm::SUBPD, dst, 8 + src),
+        Bytecode::FaddR { dst, src } => fp_op(a, asm::ADDPD, dst, 8 + src),
+        Bytecode::FsubR { dst, src } => fp_op(a, asm::SUBPD, dst, 8 + src),
         Bytecode::FaddM {
             dst,
             src,
@@ -287,10 +381,10 @@ fn emit_instruction(
             } else {
                 asm::SUBPD
             };
-            asm::sse_rr(a, Some(0x66), op, dst, XTMP);
+            fp_op(a, op, dst, XTMP);
         }
         Bytecode::FscalR { dst } => asm::sse_rr(a, None, asm::XORPS, dst, XSCALE),
-        Bytecode::FmulR { dst, src } => asm::sse_rr(a, Some(0x66), asm::MULPD, 4 + dst, 8 + src),
+        Bytecode::FmulR { dst, src } => fp_op(a, asm::MULPD, 4 + dst, 8 + src),
         Bytecode::FdivM {
             dst,
             src,
@@ -301,9 +395,9 @@ fn emit_instruction(
             asm::sse_rm(a, Some(0xF3), asm::CVTDQ2PD, XTMP, &m);
             asm::sse_rr(a, None, asm::ANDPS, XTMP, XMANT);
             asm::sse_rr(a, None, asm::ORPS, XTMP, XEMASK);
-            asm::sse_rr(a, Some(0x66), asm::DIVPD, 4 + dst, XTMP);
+            fp_op(a, asm::DIVPD, 4 + dst, XTMP);
         }
-        Bytecode::FsqrtR { dst } => asm::sse_rr(a, Some(0x66), asm::SQRTPD, 4 + dst, 4 + dst),
+        Bytecode::FsqrtR { dst } => fp_op(a, asm::SQRTPD, 4 + dst, 4 + dst),
         Bytecode::Cbranch {
             dst,
             cimm,
@@ -328,24 +422,28 @@ fn emit_instruction(
             if rot2 != 0 {
                 asm::shift_imm(a, 1, RAX, rot2);
             }
-            let mut tail = Assembler { code: Vec::new() };
+            let mut tail = Assembler::scratch(a.embedded);
             asm::and_r32_imm(&mut tail, RAX, 12);
-            asm::mxcsr(
-                &mut tail,
-                2,
-                &Mem {
-                    base: RSP,
-                    index: Some((RAX, 0)),
-                    disp: FRAME_MXCSR_TABLE,
-                },
-            );
+            if a.embedded {
+                jump_to_mode_copy(&mut tail);
+            } else {
+                asm::mxcsr(
+                    &mut tail,
+                    2,
+                    &Mem {
+                        base: RSP,
+                        index: Some((RAX, 0)),
+                        disp: FRAME_MXCSR_TABLE,
+                    },
+                );
+            }
             if v2 {
                 // v2: change the mode only when bits 2-5 of the value rotated by `rot` (here
                 // bits 4-7) are zero.
                 asm::test_al(a, 0xF0);
                 asm::jnz_short(a, tail.code.len() as u8);
             }
-            a.put(&tail.code);
+            a.append(tail);
         }
         Bytecode::Istore {
             dst,
@@ -362,9 +460,15 @@ fn emit_instruction(
 }
 
 /// Compiles one program's whole loop. `read_reg` are the four address registers of 4.5.4.
-pub fn compile(code: &[Bytecode], read_reg: [u8; 4], mode: JitMode, v2: bool) -> Vec<u8> {
+pub fn compile(
+    code: &[Bytecode],
+    read_reg: [u8; 4],
+    mode: JitMode,
+    v2: bool,
+    rounding: Rounding,
+) -> Vec<u8> {
     let mut out = Vec::new();
-    compile_into(&mut out, code, read_reg, mode, v2);
+    compile_into(&mut out, code, read_reg, mode, v2, rounding);
     out
 }
 
@@ -375,12 +479,13 @@ pub fn compile_into(
     read_reg: [u8; 4],
     mode: JitMode,
     v2: bool,
+    rounding: Rounding,
 ) {
+    let embedded = rounding.resolve() == Rounding::Embedded;
     out.clear();
-    out.reserve(4096 + code.len() * 24);
-    let mut a = Assembler {
-        code: std::mem::take(out),
-    };
+    out.reserve(if embedded { 16384 } else { 4096 } + code.len() * 24);
+    let mut a = Assembler::scratch(embedded);
+    a.code = std::mem::take(out);
     let st = |f: usize| Mem::base(RDI, state_off(f));
 
     // Prologue: rdi = state.
@@ -397,12 +502,17 @@ pub fn compile_into(
         );
     }
     asm::mxcsr(&mut a, 3, &st(offset_of!(JitState, saved_mxcsr)));
-    // MXCSR from fprc: 0x1F80 (all exceptions masked) | fprc << 13.
-    a.put(&[0x8B, 0x87]);
-    a.put(&state_off(offset_of!(JitState, fprc)).to_le_bytes()); // mov eax, [rdi+fprc]
-    asm::shift_imm(&mut a, 4, RAX, 13);
-    asm::group1_ri(&mut a, 1, RAX, 0x1F80);
-    a.put(&[0x89, 0x04, 0x24]); // mov [rsp], eax
+    // MXCSR from fprc: 0x1F80 (all exceptions masked) | fprc << 13; with embedded rounding
+    // always round-to-nearest (fprc picks the copy instead).
+    if embedded {
+        asm::store32_imm(&mut a, &Mem::base(RSP, FRAME_MXCSR), 0x1F80);
+    } else {
+        a.put(&[0x8B, 0x87]);
+        a.put(&state_off(offset_of!(JitState, fprc)).to_le_bytes()); // mov eax, [rdi+fprc]
+        asm::shift_imm(&mut a, 4, RAX, 13);
+        asm::group1_ri(&mut a, 1, RAX, 0x1F80);
+        a.put(&[0x89, 0x04, 0x24]); // mov [rsp], eax
+    }
     asm::mxcsr(&mut a, 2, &Mem::base(RSP, FRAME_MXCSR));
     for i in 0..8u8 {
         asm::load64(&mut a, r(i), &st(offset_of!(JitState, r) + 8 * i as usize));
@@ -422,9 +532,20 @@ pub fn compile_into(
     asm::load64(&mut a, RBX, &st(offset_of!(JitState, iterations)));
     asm::load64(&mut a, RAX, &st(offset_of!(JitState, sp_addr)));
     asm::store64(&mut a, &Mem::base(RSP, FRAME_SP_CARRY), RAX);
+    if embedded {
+        a.put(&[0x8B, 0x87]);
+        a.put(&state_off(offset_of!(JitState, fprc)).to_le_bytes()); // mov eax, [rdi+fprc]
+        asm::and_r32_imm(&mut a, RAX, 3);
+        asm::shift_imm(&mut a, 4, RAX, 2);
+    }
     asm::load64(&mut a, RDI, &st(offset_of!(JitState, dataset)));
+    if embedded {
+        // The 512-bit operations compute on the upper lanes too: zeros, not stale data.
+        evex::vzeroupper(&mut a);
+        jump_to_mode_copy(&mut a);
+    }
 
-    // Loop.
+    // Loop (copy 0 of four with embedded rounding).
     let loop_start = a.code.len();
     // 1: spAddr ^= readReg0 ^ readReg1 (spAddr is non-zero only on the first iteration).
     asm::mov_rr(&mut a, RAX, r(read_reg[0]));
@@ -533,6 +654,9 @@ pub fn compile_into(
             asm::shift_imm(&mut a, 5, RCX, 32);
             asm::and_r32_imm(&mut a, RCX, CACHE_LINE_ALIGN_MASK as u32);
             asm::call_rax(&mut a);
+            if embedded {
+                evex::vzeroupper(&mut a);
+            }
             asm::load64(&mut a, RCX, &Mem::base(RSP, FRAME_STATE));
             asm::load64(
                 &mut a,
@@ -619,6 +743,9 @@ pub fn compile_into(
     asm::group1_ri(&mut a, 5, RBX, 1);
     let at = a.code.len();
     asm::jcc_rel32(&mut a, asm::CC_NZ, at, loop_start);
+    if embedded {
+        make_mode_copies(&mut a, loop_start);
+    }
 
     // Epilogue: registers back to the state, caller's MXCSR restored.
     asm::load64(&mut a, RCX, &Mem::base(RSP, FRAME_STATE));
@@ -646,11 +773,15 @@ pub fn compile_into(
         &Mem::base(RCX, state_off(offset_of!(JitState, mem))),
         RBP,
     );
-    // fprc = the rounding-control bits of the MXCSR the program left.
-    asm::mxcsr(&mut a, 3, &Mem::base(RSP, FRAME_MXCSR));
-    asm::load32(&mut a, RAX, &Mem::base(RSP, FRAME_MXCSR));
-    asm::shift_imm(&mut a, 5, RAX, 13);
-    asm::and_r32_imm(&mut a, RAX, 3);
+    if embedded {
+        asm::load32(&mut a, RAX, &Mem::base(RSP, FRAME_MODE));
+    } else {
+        // fprc = the rounding-control bits of the MXCSR the program left.
+        asm::mxcsr(&mut a, 3, &Mem::base(RSP, FRAME_MXCSR));
+        asm::load32(&mut a, RAX, &Mem::base(RSP, FRAME_MXCSR));
+        asm::shift_imm(&mut a, 5, RAX, 13);
+        asm::and_r32_imm(&mut a, RAX, 3);
+    }
     asm::store32(
         &mut a,
         &Mem::base(RCX, state_off(offset_of!(JitState, fprc))),
@@ -667,6 +798,50 @@ pub fn compile_into(
     }
     asm::ret(&mut a);
     *out = a.code;
+}
+
+/// Completes copy 0 of the loop (starting at `loop_start`, ending with the loop branch) with an
+/// exit that records its mode and jumps to the epilogue, pads it to whole cache lines and appends
+/// copies 1-3: the same bytes with the FP operations' rounding bits set to the copy's mode and
+/// the displacements that leave the copy moved back by the copies in between.
+fn make_mode_copies(a: &mut Assembler, loop_start: usize) {
+    asm::store32_imm(a, &Mem::base(RSP, FRAME_MODE), 0);
+    let mode_imm = a.code.len() - 4;
+    a.put(&[0xE9]); // jmp rel32 to the epilogue
+    let exit_disp = a.code.len();
+    a.put(&[0; 4]);
+    while (a.code.len() - loop_start) % 64 != 0 {
+        a.put(&[0xCC]);
+    }
+    let size = a.code.len() - loop_start;
+    let write =
+        |code: &mut [u8], at: usize, v: i32| code[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let read =
+        |code: &[u8], at: usize| i32::from_le_bytes(code[at..at + 4].try_into().expect("4 bytes"));
+    for &at in &a.quarter_copy_size_imms {
+        write(&mut a.code, at, (size / 4) as i32);
+    }
+    let epilogue = loop_start + 4 * size;
+    write(&mut a.code, exit_disp, (epilogue - (exit_disp + 4)) as i32);
+    let leaving: Vec<usize> = a
+        .to_copy0
+        .iter()
+        .copied()
+        .filter(|&at| at >= loop_start)
+        .chain([exit_disp])
+        .collect();
+    for m in 1..4usize {
+        let shift = m * size;
+        a.code.extend_from_within(loop_start..loop_start + size);
+        for &at in &a.rounding_bytes {
+            a.code[at + shift] |= (m as u8) << 5;
+        }
+        for &at in &leaving {
+            let v = read(&a.code, at + shift);
+            write(&mut a.code, at + shift, v - shift as i32);
+        }
+        a.code[mode_imm + shift] = m as u8;
+    }
 }
 
 /// A reusable code region for one VM: programs are recompiled into it for every program of
@@ -686,8 +861,9 @@ pub struct ProgramCode {
 // SAFETY: the region is owned by one VM and only used through &mut self.
 unsafe impl Send for ProgramCode {}
 
-/// Largest code a program compiles to (384 instructions of at most 40 bytes plus the loop).
-const CODE_CAPACITY: usize = 64 * 1024;
+/// Largest code a program compiles to: 384 instructions of at most 40 bytes plus the loop, four
+/// times with embedded rounding.
+const CODE_CAPACITY: usize = 128 * 1024;
 const LARGE_PAGE: usize = 2 << 20;
 
 type LoopFn = unsafe extern "sysv64" fn(*mut JitState);

@@ -87,6 +87,8 @@ pub struct VmOptions {
     /// W^X JIT pages, flipped between writable and executable per program
     /// (RANDOMX_FLAG_SECURE); otherwise one read-write-execute region is reused.
     pub secure: bool,
+    /// How the JIT implements CFROUND's rounding modes (x86-64 only).
+    pub rounding: JitRounding,
 }
 
 impl Default for VmOptions {
@@ -97,8 +99,24 @@ impl Default for VmOptions {
             pages: PagePolicy::Transparent,
             jit: true,
             secure: false,
+            rounding: JitRounding::Auto,
         }
     }
+}
+
+/// How the x86-64 JIT implements the rounding modes that CFROUND selects (the module doc of
+/// `jit_x86_64` has the details and the measurements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JitRounding {
+    /// `Embedded` on AMD CPUs with AVX-512F (512-bit operations cost them no clock speed), else
+    /// `Mxcsr`; the environment variable `PROOFKIT_JIT_ROUNDING=mxcsr|embedded` overrides.
+    #[default]
+    Auto,
+    /// CFROUND writes MXCSR, as in the reference.
+    Mxcsr,
+    /// MXCSR never changes: four copies of the loop, one per mode, with AVX-512 static
+    /// rounding; CFROUND jumps between them. Falls back to `Mxcsr` without AVX-512F.
+    Embedded,
 }
 
 /// A generated, decoded program and its configuration.
@@ -439,7 +457,7 @@ impl Vm {
                 DatasetSource::Light(_) => jit_x86_64::JitMode::Light,
             };
             let rr = cfg.read_reg.map(|x| x as u8);
-            jit_x86_64::compile_into(machine_code, code, rr, mode, v2);
+            jit_x86_64::compile_into(machine_code, code, rr, mode, v2, self.opts.rounding);
             Self::load_jit_state(state, &self.regs, prepared, *fprc, iterations);
             let ok = jit_x86_64::execute(
                 region,
