@@ -189,21 +189,37 @@ enum Node<V> {
     },
     Extension {
         path: Box<[u8]>,
-        child: Arc<Cell<V>>,
+        child: Child<V>,
     },
     /// Boxed, so that leaves (most nodes) stay small.
     Branch {
         children: Box<Children<V>>,
     },
-    /// Stands in for a node while it is rebuilt in place; never seen outside `insert_arc` and
+    /// Stands in for a node while it is rebuilt in place; never seen outside `insert_child` and
     /// `remove_slot`.
     Hole,
-    /// A node in the page store (its reference is cached).
-    Stored(StoredKind),
+}
+
+/// Where a parent (or the trie) holds a node: in memory, or in the page store. A stored node
+/// is only its kind and reference, held inline in its parent: loading a branch allocates
+/// nothing for its stored children, and encoding a branch reads their references from the
+/// branch itself instead of from one heap cell per child (the profile's memory stalls).
+pub enum Child<V> {
+    Mem(Arc<Cell<V>>),
+    Stored(StoredKind, NodeRef),
+}
+
+impl<V> Clone for Child<V> {
+    fn clone(&self) -> Self {
+        match self {
+            Child::Mem(c) => Child::Mem(c.clone()),
+            Child::Stored(kind, r) => Child::Stored(*kind, *r),
+        }
+    }
 }
 
 /// The 16 children of a branch.
-pub type Children<V> = [Option<Arc<Cell<V>>>; 16];
+pub type Children<V> = [Option<Child<V>>; 16];
 
 /// The node's record is in the store as it is (its subtree too).
 const STORED: u8 = 1;
@@ -246,11 +262,6 @@ impl<V> Cell<V> {
         })
     }
 
-    /// A stored node of `kind` with reference `r`.
-    pub fn stored(kind: StoredKind, r: NodeRef) -> Arc<Self> {
-        Cell::clean(Node::Stored(kind), r, STORED | PRUNED)
-    }
-
     fn has(&self, flag: u8) -> bool {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
@@ -262,29 +273,38 @@ impl<V> Cell<V> {
     }
 }
 
-/// The cell for a child entry of a stored record (an extension with its stored branch).
-pub fn entry_cell<V: TrieValue>(e: &ChildEntry) -> Arc<Cell<V>> {
+/// The child for an entry of a stored record: a leaf or a branch stays in the store; an
+/// extension is a cell (over its stored branch).
+pub fn entry_child<V: TrieValue>(e: &ChildEntry) -> Child<V> {
     match e {
-        ChildEntry::Leaf(r) => Cell::stored(StoredKind::Leaf, *r),
-        ChildEntry::Branch(r) => Cell::stored(StoredKind::Branch, *r),
+        ChildEntry::Leaf(r) => Child::Stored(StoredKind::Leaf, *r),
+        ChildEntry::Branch(r) => Child::Stored(StoredKind::Branch, *r),
         ChildEntry::Extension(path, r) => {
             let c = Arc::new(Cell {
                 node: Node::Extension {
                     path: path.clone(),
-                    child: Cell::stored(StoredKind::Branch, *r),
+                    child: Child::Stored(StoredKind::Branch, *r),
                 },
                 cached: OnceLock::new(),
                 flags: AtomicU8::new(STORED | PRUNED),
             });
             node_ref(&c);
-            c
+            Child::Mem(c)
         }
+    }
+}
+
+/// The reference of a child (cached or computed for one in memory).
+fn child_ref<V: TrieValue>(c: &Child<V>) -> NodeRef {
+    match c {
+        Child::Stored(_, r) => *r,
+        Child::Mem(c) => node_ref(c),
     }
 }
 
 /// A trie version; cloning is O(1) and shares every node.
 pub struct Trie<V> {
-    root: Option<Arc<Cell<V>>>,
+    root: Option<Child<V>>,
 }
 
 impl<V> Clone for Trie<V> {
@@ -371,13 +391,13 @@ impl<V: TrieValue> Trie<V> {
     /// A trie whose root is the stored record entry `e` (`None`: empty).
     pub fn from_entry(e: Option<&ChildEntry>) -> Self {
         Trie {
-            root: e.map(entry_cell),
+            root: e.map(entry_child),
         }
     }
 
     /// How the root would be named in a stored record (`None` when empty).
     pub fn root_entry(&self) -> Option<ChildEntry> {
-        self.root.as_deref().map(child_entry)
+        self.root.as_ref().map(child_entry)
     }
 
     /// The value at `path`, as far as memory holds the trie.
@@ -387,9 +407,11 @@ impl<V: TrieValue> Trie<V> {
         };
         let mut path = path;
         loop {
-            match &cur.node {
+            let Child::Mem(cell) = cur else {
+                return Lookup::Stored;
+            };
+            match &cell.node {
                 Node::Hole => return Lookup::Absent,
-                Node::Stored(_) => return Lookup::Stored,
                 Node::Leaf { path: p, value } => {
                     return if **p == *path {
                         Lookup::Found(value)
@@ -435,8 +457,10 @@ impl<V: TrieValue> Trie<V> {
         let mut cur = self.root.as_ref();
         let mut d = 0;
         while let Some(c) = cur {
+            let Child::Mem(c) = c else {
+                return out;
+            };
             match &c.node {
-                Node::Stored(_) => return out,
                 Node::Branch { children } => {
                     cur = children[path[d] as usize].as_ref();
                     d += 1;
@@ -458,14 +482,15 @@ impl<V: TrieValue> Trie<V> {
 
     /// Nodes held in memory (stored nodes count one each; values' own tries not counted).
     pub fn nodes_in_memory(&self) -> usize {
-        fn count<V>(c: &Cell<V>) -> usize {
+        fn count<V>(c: &Child<V>) -> usize {
+            let Child::Mem(c) = c else { return 1 };
             1 + match &c.node {
                 Node::Extension { child, .. } => count(child),
-                Node::Branch { children } => children.iter().flatten().map(|c| count(c)).sum(),
+                Node::Branch { children } => children.iter().flatten().map(count).sum(),
                 _ => 0,
             }
         }
-        self.root.as_deref().map_or(0, count)
+        self.root.as_ref().map_or(0, count)
     }
 
     /// Whether a branch sits at position `pos` (memory only: `false` inside stored subtrees).
@@ -475,7 +500,10 @@ impl<V: TrieValue> Trie<V> {
         };
         let mut path = pos;
         loop {
-            match &cur.node {
+            let Child::Mem(cell) = cur else {
+                return false;
+            };
+            match &cell.node {
                 Node::Branch { children } => match path.split_first() {
                     None => return true,
                     Some((&i, rest)) => match children[i as usize].as_ref() {
@@ -552,11 +580,13 @@ impl<V: TrieValue> Trie<V> {
     pub fn root_hash(&self) -> B256 {
         match &self.root {
             None => EMPTY_ROOT,
-            Some(cell) => {
-                if cell.cached.get().is_none() {
-                    hash_dirty(cell);
+            Some(child) => {
+                if let Child::Mem(cell) = child {
+                    if cell.cached.get().is_none() {
+                        hash_dirty(cell);
+                    }
                 }
-                let r = node_ref(cell);
+                let r = child_ref(child);
                 if r.is_hash() {
                     r.buf
                 } else {
@@ -571,15 +601,13 @@ impl<V: TrieValue> Trie<V> {
     /// way are loaded (and not kept).
     pub fn proof(&self, path: &[u8], loader: &dyn Loader<V>) -> Result<Vec<Vec<u8>>, LoadError> {
         let mut out = Vec::new();
-        let Some(mut cur) = self.root.clone() else {
+        let Some(mut next) = self.root.clone() else {
             return Ok(out);
         };
         let mut pos = Vec::with_capacity(64);
         let mut first = true;
         loop {
-            if let Node::Stored(kind) = cur.node {
-                cur = load_cell(&cur, &pos, kind, loader)?;
-            }
+            let cur = resolve(&next, &pos, loader)?;
             if first || node_ref(&cur).is_hash() {
                 let mut rlp = Vec::new();
                 encode(&cur, &mut rlp);
@@ -587,8 +615,8 @@ impl<V: TrieValue> Trie<V> {
             }
             first = false;
             let rest = &path[pos.len()..];
-            let next = match &cur.node {
-                Node::Hole | Node::Stored(_) | Node::Leaf { .. } => return Ok(out),
+            next = match &cur.node {
+                Node::Hole | Node::Leaf { .. } => return Ok(out),
                 Node::Extension { path: p, child } => {
                     if !rest.starts_with(p) {
                         return Ok(out);
@@ -607,23 +635,20 @@ impl<V: TrieValue> Trie<V> {
                     c.clone()
                 }
             };
-            cur = next;
         }
     }
 
     /// The leaf value at `path`, loading stored nodes on the way (not kept).
     pub fn load_value(&self, path: &[u8], loader: &dyn Loader<V>) -> Result<Option<V>, LoadError> {
-        let Some(mut cur) = self.root.clone() else {
+        let Some(mut next) = self.root.clone() else {
             return Ok(None);
         };
         let mut pos = Vec::with_capacity(64);
         loop {
-            if let Node::Stored(kind) = cur.node {
-                cur = load_cell(&cur, &pos, kind, loader)?;
-            }
+            let cur = resolve(&next, &pos, loader)?;
             let rest = &path[pos.len()..];
-            let next = match &cur.node {
-                Node::Hole | Node::Stored(_) => return Ok(None),
+            next = match &cur.node {
+                Node::Hole => return Ok(None),
                 Node::Leaf { path: p, value } => {
                     return Ok((**p == *rest).then(|| value.clone()));
                 }
@@ -645,7 +670,6 @@ impl<V: TrieValue> Trie<V> {
                     c.clone()
                 }
             };
-            cur = next;
         }
     }
 
@@ -687,7 +711,10 @@ impl<V: TrieValue> Trie<V> {
     pub fn hash_many(tries: &[&Trie<V>]) {
         let roots: Vec<&Cell<V>> = tries
             .iter()
-            .filter_map(|t| t.root.as_deref())
+            .filter_map(|t| match &t.root {
+                Some(Child::Mem(c)) => Some(&**c),
+                _ => None,
+            })
             .filter(|c| c.cached.get().is_none())
             .collect();
         if !roots.is_empty() {
@@ -709,16 +736,17 @@ impl<V: TrieValue> Trie<V> {
 /// ancestors are all changed copies, made by `Arc::make_mut` on the way down, so a stored node
 /// has no unstored leaf below it).
 fn walk_leaves<'a, V>(
-    cell: &'a Cell<V>,
+    child: &'a Child<V>,
     prefix: &mut Vec<u8>,
     unstored_only: bool,
     f: &mut dyn FnMut(&[u8], &'a V),
 ) {
+    let Child::Mem(cell) = child else { return };
     if unstored_only && cell.has(STORED) {
         return;
     }
     match &cell.node {
-        Node::Hole | Node::Stored(_) => {}
+        Node::Hole => {}
         Node::Leaf { path, value } => {
             let n = prefix.len();
             prefix.extend_from_slice(path);
@@ -743,20 +771,21 @@ fn walk_leaves<'a, V>(
     }
 }
 
-fn new_leaf<V>(path: &[u8], value: V) -> Arc<Cell<V>> {
-    Cell::new(Node::Leaf {
+fn new_leaf<V>(path: &[u8], value: V) -> Child<V> {
+    Child::Mem(Cell::new(Node::Leaf {
         path: path.into(),
         value,
-    })
+    }))
 }
 
 fn placeholder<V>() -> Node<V> {
     Node::Hole
 }
 
-/// A stored node `cell` at `pos`, loaded (its reference kept, its record still stored).
+/// The stored node of `kind` with reference `r` at `pos`, loaded (its reference kept, its
+/// record still stored).
 fn load_cell<V: TrieValue>(
-    cell: &Cell<V>,
+    r: NodeRef,
     pos: &[u8],
     kind: StoredKind,
     loader: &dyn Loader<V>,
@@ -765,36 +794,46 @@ fn load_cell<V: TrieValue>(
         LoadedNode::Leaf { path, value } => Node::Leaf { path, value },
         LoadedNode::Branch { children } => Node::Branch { children },
     };
-    let r = *cell
-        .cached
-        .get()
-        .ok_or_else(|| LoadError::new(pos, "stored node without a reference"))?;
     Ok(Cell::clean(node, r, STORED))
 }
 
-/// Replaces a stored node in `arc` by its loaded form.
-fn materialize<V: TrieValue>(
-    arc: &mut Arc<Cell<V>>,
+/// The node `child` at `pos` in memory (loaded when stored; nothing kept).
+fn resolve<V: TrieValue>(
+    child: &Child<V>,
     pos: &[u8],
     loader: &dyn Loader<V>,
-) -> Result<(), LoadError> {
-    if let Node::Stored(kind) = arc.node {
-        *arc = load_cell(arc, pos, kind, loader)?;
+) -> Result<Arc<Cell<V>>, LoadError> {
+    match child {
+        Child::Mem(c) => Ok(c.clone()),
+        Child::Stored(kind, r) => load_cell(*r, pos, *kind, loader),
     }
-    Ok(())
+}
+
+/// Replaces a stored `child` at `pos` by its loaded form; the cell either way.
+fn materialize<'a, V: TrieValue>(
+    child: &'a mut Child<V>,
+    pos: &[u8],
+    loader: &dyn Loader<V>,
+) -> Result<&'a mut Arc<Cell<V>>, LoadError> {
+    if let Child::Stored(kind, r) = *child {
+        *child = Child::Mem(load_cell(r, pos, kind, loader)?);
+    }
+    match child {
+        Child::Mem(c) => Ok(c),
+        Child::Stored(..) => unreachable!("loaded above"),
+    }
 }
 
 fn get_mut_at<'a, V: TrieValue>(
-    arc: &'a mut Arc<Cell<V>>,
+    child: &'a mut Child<V>,
     pos: &mut Vec<u8>,
     path: &[u8],
     loader: &dyn Loader<V>,
 ) -> Result<Option<&'a mut V>, LoadError> {
-    materialize(arc, pos, loader)?;
-    let cell = Arc::make_mut(arc);
+    let cell = Arc::make_mut(materialize(child, pos, loader)?);
     cell.touch();
     match &mut cell.node {
-        Node::Hole | Node::Stored(_) => Ok(None),
+        Node::Hole => Ok(None),
         Node::Leaf { value, .. } => Ok(Some(value)),
         Node::Extension { path: p, child } => {
             let n = p.len();
@@ -812,7 +851,7 @@ fn get_mut_at<'a, V: TrieValue>(
 }
 
 fn insert_slot<V: TrieValue>(
-    slot: &mut Option<Arc<Cell<V>>>,
+    slot: &mut Option<Child<V>>,
     pos: &mut Vec<u8>,
     path: &[u8],
     value: V,
@@ -823,26 +862,23 @@ fn insert_slot<V: TrieValue>(
             *slot = Some(new_leaf(path, value));
             Ok(())
         }
-        Some(arc) => insert_arc(arc, pos, path, value, loader),
+        Some(child) => insert_child(child, pos, path, value, loader),
     }
 }
 
-fn insert_arc<V: TrieValue>(
-    arc: &mut Arc<Cell<V>>,
+fn insert_child<V: TrieValue>(
+    child: &mut Child<V>,
     pos: &mut Vec<u8>,
     path: &[u8],
     value: V,
     loader: &dyn Loader<V>,
 ) -> Result<(), LoadError> {
-    materialize(arc, pos, loader)?;
-    let cell = Arc::make_mut(arc);
+    let cell = Arc::make_mut(materialize(child, pos, loader)?);
     cell.touch();
     let node = std::mem::replace(&mut cell.node, placeholder());
     let mut result = Ok(());
     cell.node = match node {
-        Node::Hole | Node::Stored(_) => {
-            unreachable!("loaded above; a hole only exists while its node is rebuilt")
-        }
+        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Leaf {
             path: lp,
             value: lv,
@@ -865,7 +901,7 @@ fn insert_arc<V: TrieValue>(
             if c == ep.len() {
                 let n = pos.len();
                 pos.extend_from_slice(&ep);
-                result = insert_arc(&mut child, pos, &path[c..], value, loader);
+                result = insert_child(&mut child, pos, &path[c..], value, loader);
                 pos.truncate(n);
                 Node::Extension { path: ep, child }
             } else {
@@ -874,10 +910,10 @@ fn insert_arc<V: TrieValue>(
                 children[ep[c] as usize] = Some(if rest.is_empty() {
                     child
                 } else {
-                    Cell::new(Node::Extension {
+                    Child::Mem(Cell::new(Node::Extension {
                         path: rest.into(),
                         child,
-                    })
+                    }))
                 });
                 children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
                 wrap_extension(&path[..c], Node::Branch { children })
@@ -905,7 +941,7 @@ fn wrap_extension<V>(prefix: &[u8], branch: Node<V>) -> Node<V> {
     } else {
         Node::Extension {
             path: prefix.into(),
-            child: Cell::new(branch),
+            child: Child::Mem(Cell::new(branch)),
         }
     }
 }
@@ -913,25 +949,26 @@ fn wrap_extension<V>(prefix: &[u8], branch: Node<V>) -> Node<V> {
 /// Removes `path`, which must be present; keeps the trie canonical (no branch with a single
 /// child, no extension pointing at a leaf or an extension).
 fn remove_slot<V: TrieValue>(
-    slot: &mut Option<Arc<Cell<V>>>,
+    slot: &mut Option<Child<V>>,
     pos: &mut Vec<u8>,
     path: &[u8],
     loader: &dyn Loader<V>,
 ) -> Result<(), LoadError> {
-    let Some(arc) = slot else { return Ok(()) };
-    if matches!(arc.node, Node::Leaf { .. } | Node::Stored(StoredKind::Leaf)) {
+    let Some(child) = slot else { return Ok(()) };
+    let is_leaf = match child {
+        Child::Stored(kind, _) => *kind == StoredKind::Leaf,
+        Child::Mem(c) => matches!(c.node, Node::Leaf { .. }),
+    };
+    if is_leaf {
         *slot = None;
         return Ok(());
     }
-    materialize(arc, pos, loader)?;
-    let cell = Arc::make_mut(arc);
+    let cell = Arc::make_mut(materialize(child, pos, loader)?);
     cell.touch();
     let node = std::mem::replace(&mut cell.node, placeholder());
     let mut result;
     cell.node = match node {
-        Node::Hole | Node::Stored(_) => {
-            unreachable!("loaded above; a hole only exists while its node is rebuilt")
-        }
+        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Leaf { .. } => unreachable!("handled above"),
         Node::Extension { path: ep, child } => {
             let mut c = Some(child);
@@ -981,14 +1018,20 @@ fn remove_slot<V: TrieValue>(
 /// child (a stored leaf is loaded for that), or extends a branch.
 fn prepend<V: TrieValue>(
     prefix: &[u8],
-    mut child: Arc<Cell<V>>,
+    mut child: Child<V>,
     pos: &[u8],
     loader: &dyn Loader<V>,
 ) -> Result<Node<V>, LoadError> {
-    if matches!(child.node, Node::Stored(StoredKind::Leaf)) {
-        materialize(&mut child, pos, loader)?;
-    }
-    Ok(match &child.node {
+    let cell = match &mut child {
+        Child::Stored(StoredKind::Branch, _) => {
+            return Ok(Node::Extension {
+                path: prefix.into(),
+                child,
+            })
+        }
+        c => materialize(c, pos, loader)?,
+    };
+    Ok(match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Leaf { path, value } => Node::Leaf {
             path: concat(prefix, path),
@@ -998,22 +1041,24 @@ fn prepend<V: TrieValue>(
             path: concat(prefix, path),
             child: grand.clone(),
         },
-        Node::Branch { .. } | Node::Stored(StoredKind::Branch) => Node::Extension {
+        Node::Branch { .. } => Node::Extension {
             path: prefix.into(),
             child,
         },
-        Node::Stored(StoredKind::Leaf) => unreachable!("loaded above"),
     })
 }
 
-/// How a record names `cell` (its reference must be cached).
-fn child_entry<V: TrieValue>(cell: &Cell<V>) -> ChildEntry {
+/// How a record names `child` (the reference of one in memory must be cached).
+fn child_entry<V: TrieValue>(child: &Child<V>) -> ChildEntry {
+    let cell = match child {
+        Child::Stored(StoredKind::Leaf, r) => return ChildEntry::Leaf(*r),
+        Child::Stored(StoredKind::Branch, r) => return ChildEntry::Branch(*r),
+        Child::Mem(c) => c,
+    };
     match &cell.node {
-        Node::Leaf { .. } | Node::Stored(StoredKind::Leaf) => ChildEntry::Leaf(node_ref(cell)),
-        Node::Branch { .. } | Node::Stored(StoredKind::Branch) => {
-            ChildEntry::Branch(node_ref(cell))
-        }
-        Node::Extension { path, child } => ChildEntry::Extension(path.clone(), node_ref(child)),
+        Node::Leaf { .. } => ChildEntry::Leaf(node_ref(cell)),
+        Node::Branch { .. } => ChildEntry::Branch(node_ref(cell)),
+        Node::Extension { path, child } => ChildEntry::Extension(path.clone(), child_ref(child)),
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
 }
@@ -1021,7 +1066,7 @@ fn child_entry<V: TrieValue>(cell: &Cell<V>) -> ChildEntry {
 /// The stored record of a branch: its children's entries.
 fn branch_record<V: TrieValue>(children: &Children<V>) -> Vec<u8> {
     let entries: [Option<ChildEntry>; 16] =
-        std::array::from_fn(|i| children[i].as_deref().map(child_entry));
+        std::array::from_fn(|i| children[i].as_ref().map(child_entry));
     encode_record(&entries)
 }
 
@@ -1124,19 +1169,21 @@ pub fn decode_record(mut b: &[u8]) -> Option<[Option<ChildEntry>; 16]> {
 
 /// The branch of a decoded record, its children as stored nodes.
 pub fn record_children<V: TrieValue>(entries: &[Option<ChildEntry>; 16]) -> Box<Children<V>> {
-    Box::new(std::array::from_fn(|i| entries[i].as_ref().map(entry_cell)))
+    Box::new(std::array::from_fn(|i| {
+        entries[i].as_ref().map(entry_child)
+    }))
 }
 
-fn prune<V: TrieValue>(cell: &Arc<Cell<V>>, depth: usize, keep: usize) -> Arc<Cell<V>> {
-    if cell.has(PRUNED) {
-        return cell.clone();
-    }
+fn prune<V: TrieValue>(child: &Child<V>, depth: usize, keep: usize) -> Child<V> {
+    let cell = match child {
+        Child::Mem(c) if !c.has(PRUNED) => c,
+        _ => return child.clone(),
+    };
     let r = node_ref(cell);
     let node = match &cell.node {
-        Node::Stored(_) => return cell.clone(),
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Leaf { .. } if depth >= keep => return Cell::stored(StoredKind::Leaf, r),
-        Node::Branch { .. } if depth >= keep => return Cell::stored(StoredKind::Branch, r),
+        Node::Leaf { .. } if depth >= keep => return Child::Stored(StoredKind::Leaf, r),
+        Node::Branch { .. } if depth >= keep => return Child::Stored(StoredKind::Branch, r),
         Node::Leaf { path, value } => Node::Leaf {
             path: path.clone(),
             value: value.pruned(),
@@ -1151,26 +1198,26 @@ fn prune<V: TrieValue>(cell: &Arc<Cell<V>>, depth: usize, keep: usize) -> Arc<Ce
             })),
         },
     };
-    Cell::clean(node, r, STORED | PRUNED)
+    Child::Mem(Cell::clean(node, r, STORED | PRUNED))
 }
 
-fn prune_mut<V: TrieValue>(arc: &mut Arc<Cell<V>>, depth: usize, keep: usize) {
+fn prune_mut<V: TrieValue>(child: &mut Child<V>, depth: usize, keep: usize) {
+    let Child::Mem(arc) = child else { return };
     if arc.has(PRUNED) {
         return;
     }
     let r = node_ref(arc);
     let kind = match &arc.node {
-        Node::Stored(_) => return,
         Node::Leaf { .. } => Some(StoredKind::Leaf),
         Node::Branch { .. } => Some(StoredKind::Branch),
         _ => None,
     };
     if let (Some(kind), true) = (kind, depth >= keep) {
-        *arc = Cell::stored(kind, r);
+        *child = Child::Stored(kind, r);
         return;
     }
     let Some(cell) = Arc::get_mut(arc) else {
-        *arc = prune(arc, depth, keep);
+        *child = prune(child, depth, keep);
         return;
     };
     match &mut cell.node {
@@ -1181,17 +1228,18 @@ fn prune_mut<V: TrieValue>(arc: &mut Arc<Cell<V>>, depth: usize, keep: usize) {
                 prune_mut(c, depth + 1, keep);
             }
         }
-        Node::Stored(_) | Node::Hole => unreachable!("handled above"),
+        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
     *cell.flags.get_mut() = STORED | PRUNED;
 }
 
-fn dirty<V: TrieValue>(cell: &Cell<V>, pos: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], Vec<u8>)) {
+fn dirty<V: TrieValue>(child: &Child<V>, pos: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], Vec<u8>)) {
+    let Child::Mem(cell) = child else { return };
     if cell.has(STORED) {
         return;
     }
     match &cell.node {
-        Node::Stored(_) | Node::Leaf { .. } => {}
+        Node::Leaf { .. } => {}
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Extension { path, child } => {
             let n = pos.len();
@@ -1307,10 +1355,14 @@ fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -
         }
         let h = match &cell.node {
             Node::Leaf { .. } => 0,
-            Node::Extension { child, .. } => walk(child, levels, count).map_or(0, |h| h + 1),
+            Node::Extension { child, .. } => match child {
+                Child::Mem(c) => walk(c, levels, count).map_or(0, |h| h + 1),
+                Child::Stored(..) => 0,
+            },
             Node::Branch { children } => {
                 let mut h = None;
                 for c in children.iter().flatten() {
+                    let Child::Mem(c) = c else { continue };
                     if let Some(ch) = walk(c, levels, count) {
                         h = Some(h.map_or(ch, |x: usize| x.max(ch)));
                     }
@@ -1318,7 +1370,6 @@ fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -
                 h.map_or(0, |h| h + 1)
             }
             Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-            Node::Stored(_) => unreachable!("a stored node's reference is cached"),
         };
         if levels.len() <= h {
             levels.resize_with(h + 1, Vec::new);
@@ -1335,9 +1386,6 @@ fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -
 fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
     match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Stored(_) => {
-            unreachable!("a stored node's reference is cached; it is loaded before encoding")
-        }
         Node::Leaf { path, value } => {
             let hp = hex_prefix(path, true);
             let mut v = Vec::with_capacity(120);
@@ -1348,14 +1396,14 @@ fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
         }
         Node::Extension { path, child } => {
             let hp = hex_prefix(path, false);
-            let r = node_ref(child);
+            let r = child_ref(child);
             rlp::encode_list_header(out, rlp::bytes_len(&hp) + r.encoded_len());
             rlp::encode_bytes(out, &hp);
             r.encode(out);
         }
         Node::Branch { children } => {
             let refs: [Option<NodeRef>; 16] =
-                std::array::from_fn(|i| children[i].as_ref().map(|c| node_ref(c)));
+                std::array::from_fn(|i| children[i].as_ref().map(child_ref));
             let len = 1 + refs
                 .iter()
                 .map(|r| r.map_or(1, |r| r.encoded_len()))
