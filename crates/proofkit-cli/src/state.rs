@@ -70,6 +70,10 @@ pub struct BenchArgs {
     /// Nibbles of the account trie kept in memory; the rest stays in the page store
     #[arg(long, default_value_t = 5)]
     cached_levels: usize,
+    /// Finalize on the calling thread instead of applying each store commit on a thread of
+    /// its own beside the next blocks (the default, pipelined)
+    #[arg(long)]
+    no_pipeline: bool,
     /// Keep the database directory made under --path (for `proofkit state check`)
     #[arg(long)]
     keep: bool,
@@ -199,6 +203,7 @@ fn bench(a: BenchArgs) -> CliResult {
         finalize_every: a.finalize_every,
         rows: a.rows,
         cached_levels: a.cached_levels,
+        pipeline: !a.no_pipeline,
     };
     let pb = progress_bar(a.blocks, "state bench", a.json);
     let cpu0 = cpu_seconds();
@@ -269,14 +274,15 @@ fn bench(a: BenchArgs) -> CliResult {
     report.note(
         "workload",
         format!(
-            "{} blocks x {} new accounts x {} slots, root at every block, {} ({:?}, finality lag {}, finalized {} at a time)",
+            "{} blocks x {} new accounts x {} slots, root at every block, {} ({:?}, finality lag {}, finalized {} at a time{})",
             a.blocks,
             a.accounts_per_block,
             a.storage_per_account,
             if a.path.is_some() { "on disk" } else { "in memory" },
             a.commit_level,
             a.finality_lag,
-            a.finalize_every
+            a.finalize_every,
+            if a.no_pipeline { "" } else { ", pipelined" }
         ),
     );
     report.note("write_seconds", s.write_seconds);
@@ -337,6 +343,7 @@ pub fn main_bench(json: bool) -> CliResult {
         finalize_every: 32,
         rows: 3,
         cached_levels: 5,
+        no_pipeline: false,
         keep: false,
         json,
         peer: None,

@@ -8,7 +8,7 @@ use crate::account::{u256, Account};
 use crate::db::{Db, DbError, DbOptions};
 use crate::keccak::keccak256;
 use crate::state::Address;
-use crate::store::CommitLevel;
+use crate::store::{CommitLevel, CommitStats};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -30,6 +30,9 @@ pub struct PaprikaConfig {
     pub rows: u64,
     /// Nibbles of the account trie kept in memory ([`DbOptions::cached_levels`]).
     pub cached_levels: usize,
+    /// Each finalization's store writes on a thread of their own beside the next blocks
+    /// ([`DbOptions::pipeline`]); the run ends after the last one is durable either way.
+    pub pipeline: bool,
 }
 
 /// One row of the seed's table; the page figures are 90th percentiles over the blocks since the
@@ -143,6 +146,7 @@ pub fn run_paprika_rows(
     let options = DbOptions {
         commit_level: cfg.commit_level,
         cached_levels: cfg.cached_levels,
+        pipeline: cfg.pipeline,
         memory_reserve: (records as usize * 1024).clamp(1 << 30, 64 << 30),
         ..Default::default()
     };
@@ -151,6 +155,8 @@ pub fn run_paprika_rows(
     let (mut new, mut reused, mut total) = (Vec::new(), Vec::new(), Vec::new());
     let mut rows = Vec::new();
     let mut pending = VecDeque::new();
+    // Pipelined: the blocks of the finalization whose page counts are still to come.
+    let mut unsynced: Option<usize> = None;
     let mut parent = db.finalized();
     let mut block_ms = Vec::with_capacity(cfg.blocks as usize);
     let mut since_row = Vec::new();
@@ -187,21 +193,43 @@ pub fn run_paprika_rows(
         write_s += (t1 - t0).as_secs_f64();
         root_s += (t2 - t1).as_secs_f64();
         pending.push_back(id);
-        let batch = cfg.finalize_every.max(1);
-        if pending.len() as u64 >= cfg.finality_lag + batch {
+        let last = n == cfg.blocks;
+        let k = if pending.len() as u64 >= cfg.finality_lag + cfg.finalize_every.max(1) {
             // The newest block `finality_lag` behind, and with it every older pending one.
-            let k = pending.len() - cfg.finality_lag as usize;
-            let f = pending[k - 1];
-            pending.drain(..k);
-            let st = db.finalize(f)?;
+            pending.len() - cfg.finality_lag as usize
+        } else if last {
+            pending.len()
+        } else {
+            0
+        };
+        if k > 0 || last {
+            let mut pages = |st: CommitStats, k: usize| {
+                // Per block: the batch's pages shared out over its blocks.
+                for _ in 0..k {
+                    new.push(st.new_pages / k as u64);
+                    reused.push(st.reused_pages / k as u64);
+                    total.push((st.new_pages + st.reused_pages) / k as u64);
+                }
+            };
+            if k > 0 {
+                let f = pending[k - 1];
+                pending.drain(..k);
+                let st = db.finalize(f)?;
+                if !cfg.pipeline {
+                    pages(st, k);
+                } else if let Some(prev) = unsynced.replace(k) {
+                    // Pipelined, `finalize` returns the previous finalization's pages.
+                    pages(st, prev);
+                }
+            }
+            if last {
+                // The last finalization durable inside the timed run.
+                if let (Some(st), Some(k)) = (db.sync()?, unsynced.take()) {
+                    pages(st, k);
+                }
+            }
             finalize_s += t2.elapsed().as_secs_f64();
             finalize_cpu += cpu() - c2;
-            // Per block: the batch's pages shared out over its blocks.
-            for _ in 0..k {
-                new.push(st.new_pages / k as u64);
-                reused.push(st.reused_pages / k as u64);
-                total.push((st.new_pages + st.reused_pages) / k as u64);
-            }
         }
         parent = id;
         block_ms.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -226,9 +254,6 @@ pub fn run_paprika_rows(
         }
     }
     let write_seconds = start.elapsed().as_secs_f64();
-    if let Some(&f) = pending.back() {
-        db.finalize(f)?;
-    }
 
     // Read every account back from the page store and check it, on every core.
     let t = Instant::now();
@@ -337,6 +362,7 @@ mod tests {
                 blocks: 30,
                 accounts_per_block: 50,
                 storage_per_account: 2,
+                pipeline: d.is_some(),
                 dir: d,
                 commit_level: CommitLevel::FlushData,
                 finality_lag: 3,
@@ -371,6 +397,7 @@ mod tests {
                 finalize_every: every,
                 rows: 2,
                 cached_levels: 1,
+                pipeline: every == 7,
             };
             let s = run_paprika(&cfg, &|_| {}).unwrap();
             assert_eq!(s.final_root, roots[0], "finalize_every {every}");

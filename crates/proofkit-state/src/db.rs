@@ -17,6 +17,13 @@
 //!   while it lives.
 //! * [`Db::open`] reopens a store at its durable root (by default first verifying it in full,
 //!   as [`Db::check`] does).
+//! * Pipelined finalization ([`DbOptions::pipeline`]): [`Db::finalize`] applies the store
+//!   writes and moves the states onto the new root (a [`Store::working_snapshot`]) as without
+//!   it, and leaves the store commit (free list, the flushes of the commit level, the meta page)
+//!   to a thread of its own while the caller goes on with the next blocks on the other core; the
+//!   next `finalize` (or [`Db::sync`]) waits for it first. The durability contract is the
+//!   store's (a kill leaves the last durable root), only later: a finalization is durable once
+//!   the next `finalize` or `sync` returned. Had the commit failed, that call returns its error.
 #![deny(unsafe_code)]
 
 use crate::account::{Account, AccountLeaf};
@@ -28,6 +35,7 @@ use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError}
 use crate::trie::{encode_entry, Lookup};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use thiserror::Error;
 
 /// A block known to the database (unique for the life of a `Db`).
@@ -63,6 +71,10 @@ pub struct DbOptions {
     /// Verify the whole store when opening it (as [`Db::check`]: every record read, the root
     /// recomputed, every stored trie node compared); linear in the state's size.
     pub verify_on_open: bool,
+    /// Commit each finalization's store writes on a thread of its own beside the next blocks
+    /// (see the module doc): [`Db::finalize`] returns before its commit is durable, and
+    /// returns the page counts of the finalization before it.
+    pub pipeline: bool,
 }
 
 impl Default for DbOptions {
@@ -73,6 +85,7 @@ impl Default for DbOptions {
             memory_reserve: 0,
             cached_levels: 5,
             verify_on_open: true,
+            pipeline: false,
         }
     }
 }
@@ -135,8 +148,15 @@ fn thread_seconds() -> f64 {
     proofkit_core::cputime::thread_cpu_time().map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// A store commit running on its own thread, and the CPU seconds it took.
+type InFlight = std::thread::JoinHandle<Result<(CommitStats, f64), StoreError>>;
+
 pub struct Db {
-    store: Store,
+    /// Shared with a pipelined commit's thread, which holds it for writing while it runs
+    /// (readers of the store through the `Db` wait for it; states read their own snapshots).
+    store: Arc<RwLock<Store>>,
+    in_flight: Option<InFlight>,
+    pipeline: bool,
     times: FinalizeTimes,
     level: CommitLevel,
     history: usize,
@@ -174,7 +194,9 @@ impl Db {
             },
         );
         Ok(Db {
-            store,
+            store: Arc::new(RwLock::new(store)),
+            in_flight: None,
+            pipeline: options.pipeline,
             times: FinalizeTimes::default(),
             level: options.commit_level,
             history: options.history,
@@ -243,8 +265,12 @@ impl Db {
     }
 
     /// Writes the blocks from the finalized one up to `id` to the store in one commit, makes
-    /// `id` the finalized block, and drops every block that does not descend from it.
+    /// `id` the finalized block, and drops every block that does not descend from it. With
+    /// [`DbOptions::pipeline`], first waits for the previous finalization and returns its page
+    /// counts (zero for the first), and leaves this one's store commit running. After an error
+    /// from the store the database should be reopened (the store is at its last durable root).
     pub fn finalize(&mut self, id: BlockId) -> Result<CommitStats, DbError> {
+        let previous = self.sync()?;
         let mut chain = Vec::new();
         let mut cur = id;
         while cur != self.finalized {
@@ -266,17 +292,22 @@ impl Db {
             }
         }
         let target = &self.blocks[&id];
+        let (number, root, level) = (target.number, target.root, self.level);
         let t0 = thread_seconds();
         let ops = store_ops(&target.state, &merged, &mut self.times.account_records)?;
+        self.times.build_ops += thread_seconds() - t0;
         let t1 = thread_seconds();
-        self.store.apply(ops)?;
+        let mut store = self.store.write().unwrap_or_else(PoisonError::into_inner);
+        store.apply(ops)?;
         let t2 = thread_seconds();
-        let stats = self.store.commit(target.number, target.root, self.level)?;
-        let t3 = thread_seconds();
-        self.times.build_ops += t1 - t0;
         self.times.apply += t2 - t1;
-        self.times.commit += t3 - t2;
-        let finalized_number = target.number;
+        // The states read the root just applied from now on, committed or not: the old
+        // root's snapshots go with the rebase below, before the commit, so that the pages
+        // this commit frees are reusable by the next finalization (one batch of free pages
+        // held back instead of two).
+        let snap = store.working_snapshot(number, root);
+        drop(store);
+        let t3 = thread_seconds();
         // Keep `id` and its descendants.
         let mut keep: HashMap<BlockId, bool> = HashMap::new();
         keep.insert(id, true);
@@ -290,7 +321,7 @@ impl Db {
                 }
                 path.push(cur);
                 match self.blocks.get(&cur) {
-                    Some(c) if c.number > target.number => cur = c.parent,
+                    Some(c) if c.number > number => cur = c.parent,
                     _ => break false,
                 }
             };
@@ -300,10 +331,10 @@ impl Db {
         }
         // The newest `history` finalized ancestors stay readable (not buildable on); marked
         // after the descendants were found, so forks off them are still dropped.
-        let mut cur = target.parent;
+        let mut cur = self.blocks[&id].parent;
         for _ in 0..self.history {
             match self.blocks.get(&cur) {
-                Some(c) if c.number < target.number => {
+                Some(c) if c.number < number => {
                     keep.insert(cur, true);
                     cur = c.parent;
                 }
@@ -314,30 +345,61 @@ impl Db {
         // again and are pruned in place.
         self.blocks
             .retain(|b, _| keep.get(b).copied().unwrap_or(false));
-        let t4 = thread_seconds();
-        self.times.retire += t4 - t3;
-        // The finalized block and its descendants read the new store root (their stored nodes
-        // are the same in it); the finalized state drops its stored subtrees from memory.
-        let snap = self.store.snapshot();
-        for (&b, c) in self.blocks.iter_mut() {
-            if b == id {
-                c.state.rebase(snap.clone(), Some(self.cached_levels));
-            } else if c.number > finalized_number {
-                c.state.rebase(snap.clone(), None);
-            }
-        }
+        self.times.retire += thread_seconds() - t3;
         if let Some(f) = self.blocks.get_mut(&id) {
             f.log = WriteLog::new();
         }
         self.finalized = id;
+        // The finalized block and its descendants read the new store root (their stored nodes
+        // are the same in it); the finalized state drops its stored subtrees from memory.
+        let t4 = thread_seconds();
+        for (&b, c) in self.blocks.iter_mut() {
+            if b == id {
+                c.state.rebase(snap.clone(), Some(self.cached_levels));
+            } else if c.number > number {
+                c.state.rebase(snap.clone(), None);
+            }
+        }
+        drop(snap);
         self.times.rebase += thread_seconds() - t4;
-        Ok(stats)
+        let store = Arc::clone(&self.store);
+        let commit = move || -> Result<(CommitStats, f64), StoreError> {
+            let t = thread_seconds();
+            let mut store = store.write().unwrap_or_else(PoisonError::into_inner);
+            let stats = store.commit(number, root, level)?;
+            Ok((stats, thread_seconds() - t))
+        };
+        if self.pipeline {
+            self.in_flight = Some(std::thread::spawn(commit));
+            Ok(previous.unwrap_or_default())
+        } else {
+            let (stats, seconds) = commit()?;
+            self.times.commit += seconds;
+            Ok(stats)
+        }
+    }
+
+    /// Waits for a pipelined store commit still running (see [`DbOptions::pipeline`]); once
+    /// this returns, the last finalization is durable at the commit level. Returns that
+    /// commit's page counts (`None`: none was running), or its error (the store is then at its
+    /// last durable root; reopen the database).
+    pub fn sync(&mut self) -> Result<Option<CommitStats>, DbError> {
+        let Some(job) = self.in_flight.take() else {
+            return Ok(None);
+        };
+        let (stats, seconds) = match job.join() {
+            Ok(r) => r?,
+            // The same panic as a commit on this thread would have raised.
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        self.times.commit += seconds;
+        Ok(Some(stats))
     }
 
     /// Reads an account from the store (the finalized state), not from the in-memory trie.
     pub fn stored_account(&self, addr: &Address) -> Result<Option<Account>, DbError> {
         let k = keccak256(addr);
-        match self.store.get(&k)? {
+        match self.store().get(&k)? {
             None => Ok(None),
             Some(v) => decode_account_record(&v)
                 .map(|(a, _)| Some(a))
@@ -351,8 +413,9 @@ impl Db {
         let msgs: Vec<&[u8]> = addrs.iter().map(|a| &a[..]).collect();
         let mut keys = vec![[0u8; 32]; addrs.len()];
         crate::keccak_x8::keccak256_batch(&msgs, &mut keys);
+        let store = self.store();
         keys.iter()
-            .map(|k| match self.store.get(k)? {
+            .map(|k| match store.get(k)? {
                 None => Ok(None),
                 Some(v) => decode_account_record(&v)
                     .map(|(a, _)| Some(a))
@@ -365,8 +428,9 @@ impl Db {
     /// trie from the stored accounts and slots, compares its root with the durable root and
     /// every stored trie node with the rebuilt one.
     pub fn check(&self) -> Result<(CheckReport, B256), DbError> {
-        let report = verify(&self.store)?;
-        Ok((report, self.store.meta().state_root))
+        let store = self.store();
+        let report = verify(&store)?;
+        Ok((report, store.meta().state_root))
     }
 
     /// Where finalization spent its time so far.
@@ -374,9 +438,21 @@ impl Db {
         self.times
     }
 
-    /// The page store (statistics, space used).
-    pub fn store(&self) -> &Store {
-        &self.store
+    /// The page store (statistics, space used), read-locked: waits while a pipelined
+    /// finalization writes it.
+    pub fn store(&self) -> RwLockReadGuard<'_, Store> {
+        self.store.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Db {
+    /// Lets a pipelined finalization finish its commit (a kill instead leaves the store at its
+    /// last durable root). Its error, if any, cannot be returned here: call [`Db::sync`] to
+    /// see it.
+    fn drop(&mut self) {
+        if let Some(job) = self.in_flight.take() {
+            let _ = job.join();
+        }
     }
 }
 

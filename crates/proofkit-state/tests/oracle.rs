@@ -472,3 +472,65 @@ fn history_keeps_past_finalized_roots_readable() {
     // History is for reading: building on it is refused.
     assert!(db.begin(ids[ids.len() - 2]).is_err());
 }
+
+/// Pipelined finalization: the store commit runs on its own thread while the next blocks are
+/// written, read and hashed over the previous store root (writes load stored nodes from it);
+/// roots equal alloy-trie's, reads agree at every block, forks made meanwhile are dropped,
+/// and after `sync` the store checks out and reopens at the last root.
+#[test]
+fn pipelined_finalization_matches_alloy_trie_and_reopens() {
+    for (seed, levels) in [(11u64, 0usize), (12, 2)] {
+        let dir =
+            std::env::temp_dir().join(format!("pk-state-pipeline-{}-{seed}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let options = DbOptions {
+            cached_levels: levels,
+            pipeline: true,
+            commit_level: proofkit_state::CommitLevel::FlushData,
+            ..Default::default()
+        };
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut db = Db::open(Some(&dir), options).unwrap();
+        let mut m = Model::default();
+        let mut parent = db.finalized();
+        let mut finalized_any = false;
+        for b in 0..24 {
+            // A fork beside the chain, dropped by the next finalization.
+            let mut side_model = Model {
+                accounts: m.accounts.clone(),
+            };
+            let mut side = db.begin(parent).unwrap();
+            random_block(&mut rng, &mut side_model, &mut side, 10);
+            let (side_id, side_root) = db.commit(side).unwrap();
+            assert_eq!(side_root, oracle_root(&side_model), "seed {seed} fork {b}");
+            let mut block = db.begin(parent).unwrap();
+            random_block(&mut rng, &mut m, &mut block, 30);
+            let (id, root) = db.commit(block).unwrap();
+            assert_eq!(root, oracle_root(&m), "seed {seed} block {b}");
+            assert_reads(db.state(id).unwrap(), &m);
+            if b % 3 == 2 {
+                let stats = db.finalize(id).unwrap();
+                if !finalized_any {
+                    assert_eq!(stats.new_pages + stats.reused_pages, 0, "none before");
+                }
+                finalized_any = true;
+                assert!(db.state(side_id).is_err(), "the fork is dropped");
+                // Read while the commit may still be running.
+                assert_reads(db.state(id).unwrap(), &m);
+            }
+            parent = id;
+        }
+        db.finalize(parent).unwrap();
+        let stats = db.sync().unwrap().expect("a finalization was running");
+        assert!(stats.new_pages + stats.reused_pages > 0);
+        assert_eq!(db.sync().unwrap(), None, "nothing left to wait for");
+        assert_reads(db.state(parent).unwrap(), &m);
+        assert_eq!(db.check().unwrap().1, oracle_root(&m));
+        drop(db);
+        let db = Db::open(Some(&dir), options).unwrap();
+        assert_eq!(db.root(db.finalized()).unwrap(), oracle_root(&m));
+        assert_reads(db.state(db.finalized()).unwrap(), &m);
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
