@@ -36,39 +36,39 @@ use proofkit_core::memory::{LargeBuffer, PagePolicy};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Rest bits (chain heads per bucket: `2^R`) at most this.
-const MAX_REST_BITS: u32 = 10;
+pub(crate) const MAX_REST_BITS: u32 = 10;
 /// Hash words per row at most this (n - B <= 256).
-const MAX_WORDS: usize = 8;
-const NIL: u16 = u16::MAX;
+pub(crate) const MAX_WORDS: usize = 8;
+pub(crate) const NIL: u16 = u16::MAX;
 
 /// Geometry of one solve.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
-    n: u32,
-    k: u32,
-    c: u32,
+    pub(crate) n: u32,
+    pub(crate) k: u32,
+    pub(crate) c: u32,
     /// Bucket bits B.
-    bb: u32,
+    pub(crate) bb: u32,
     /// Rest bits R = c - B.
-    rb: u32,
-    threads: usize,
+    pub(crate) rb: u32,
+    pub(crate) threads: usize,
     /// Slots per (thread, bucket) region of a heap.
-    cap: usize,
+    pub(crate) cap: usize,
     /// Overflow slot ids per (thread, bucket): ids `spb + t*extra ..` name rows kept in the
     /// layer's overflow store.
-    extra: usize,
+    pub(crate) extra: usize,
     /// Hash words of layer r's rows (bits `[r*c + B, n)`).
-    hw: Vec<usize>,
+    pub(crate) hw: Vec<usize>,
     /// Slot stride (u32 words) of heap 0 and heap 1.
     sw: [usize; 2],
 }
 
-fn pair_code(a: usize, b: usize) -> u32 {
+pub(crate) fn pair_code(a: usize, b: usize) -> u32 {
     debug_assert!(a < b);
     (b * (b - 1) / 2 + a) as u32
 }
 
-fn pair_decode(code: u32) -> (usize, usize) {
+pub(crate) fn pair_decode(code: u32) -> (usize, usize) {
     let code = code as u64;
     // b = floor((1 + sqrt(1 + 8 code)) / 2), corrected for float rounding.
     let mut b = ((1.0 + (1.0 + 8.0 * code as f64).sqrt()) / 2.0) as u64;
@@ -136,7 +136,7 @@ impl Plan {
         None
     }
 
-    fn nb(&self) -> usize {
+    pub(crate) fn nb(&self) -> usize {
         1 << self.bb
     }
 
@@ -146,7 +146,7 @@ impl Plan {
     }
 
     /// All slot ids per bucket (heap and overflow).
-    fn ids(&self) -> usize {
+    pub(crate) fn ids(&self) -> usize {
         self.spb() + self.threads * self.extra
     }
 
@@ -657,14 +657,14 @@ struct Input<'a> {
 /// tables indexed by masked keys and u16 ids, so that every index is in bounds by its type;
 /// rest bits are at most `MAX_REST_BITS` and ids below `NIL` ([`Plan::new`]), so the masks
 /// never change a key or an id.
-struct Chains {
+pub(crate) struct Chains {
     heads: Box<[u16; 1 << MAX_REST_BITS]>,
     next: Box<[u16; 1 << 16]>,
     loc: Box<[u32; 1 << 16]>,
 }
 
 impl Chains {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         fn table<T: Copy + std::fmt::Debug, const N: usize>(v: T) -> Box<[T; N]> {
             vec![v; N].into_boxed_slice().try_into().expect("N entries")
         }
@@ -675,13 +675,13 @@ impl Chains {
         }
     }
 
-    fn clear(&mut self, rb: u32) {
+    pub(crate) fn clear(&mut self, rb: u32) {
         self.heads[..1 << rb].fill(NIL);
     }
 
     /// Adds row `id` at `at` with `key`; returns the latest earlier row with that key.
     #[inline(always)]
-    fn push(&mut self, key: usize, id: u16, at: u32) -> u16 {
+    pub(crate) fn push(&mut self, key: usize, id: u16, at: u32) -> u16 {
         let key = key & ((1 << MAX_REST_BITS) - 1);
         let q = self.heads[key];
         self.next[id as usize] = q;
@@ -690,21 +690,31 @@ impl Chains {
         q
     }
 
+    /// As [`Chains::push`] for callers that keep rows by id (no location stored).
+    #[inline(always)]
+    pub(crate) fn push_id(&mut self, key: usize, id: u16) -> u16 {
+        let key = key & ((1 << MAX_REST_BITS) - 1);
+        let q = self.heads[key];
+        self.next[id as usize] = q;
+        self.heads[key] = id;
+        q
+    }
+
     /// The row chained before `id` (`NIL` for `NIL`: that entry is never written).
     #[inline(always)]
-    fn older(&self, id: u16) -> u16 {
+    pub(crate) fn older(&self, id: u16) -> u16 {
         self.next[id as usize]
     }
 
     /// Where row `id` is.
     #[inline(always)]
-    fn at(&self, id: usize) -> u32 {
+    pub(crate) fn at(&self, id: usize) -> u32 {
         self.loc[id as u16 as usize]
     }
 
     /// The row chained before `id`, and where row `id` is.
     #[inline(always)]
-    fn link(&self, id: usize) -> (u16, u32) {
+    pub(crate) fn link(&self, id: usize) -> (u16, u32) {
         let id = id as u16 as usize;
         (self.next[id], self.loc[id])
     }

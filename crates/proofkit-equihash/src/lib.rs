@@ -9,11 +9,14 @@
 //!   (post-retrieval, CIP-PR/APR) and `em` (external memory) index-pointer modes; `full` runs
 //!   the fast path (`fast`: index pointers inside two alternating heaps) where it has a plan;
 //! * [`lanes`]: BLAKE2b with a shared prefix state, 8 messages per AVX-512 instruction stream;
-//! * [`spill`]: the `em` mode's temporary table file.
+//! * `em`: the `em` mode's fast path (the CIP-EM layout: one layer of byte-packed rows in
+//!   memory, index pointers in a temporary file);
+//! * [`spill`]: the `em` mode's temporary file.
 //!
 //! The memory modes follow "Memory Optimizations of Wagner's Algorithm with Applications to
 //! Equihash" (IACR ePrint 2025/2141).
 
+pub(crate) mod em;
 pub(crate) mod fast;
 pub mod hash;
 pub mod lanes;

@@ -22,7 +22,8 @@
 //! Memory modes ([`Mode`]): `Full` keeps every table; `Pr { height: h }` keeps none of the
 //! tables of layers `0..h` and recomputes each by re-running the layers below it while
 //! tracing back (the CIP "post-retrieval" trade-off: `h(h+1)/2` extra layer steps); `Em`
-//! spills every table to a temporary file and streams it back.
+//! spills every table to a temporary file and streams it back. Where `fast` has a
+//! plan, `Full` runs it and `Em` runs `em` (the CIP-EM layout, one thread) instead.
 #![deny(unsafe_code)]
 
 use crate::hash::{to_words, HashGen, BLOCK_BYTES};
@@ -266,6 +267,7 @@ pub fn solve_in(
 #[derive(Default)]
 pub struct Workspace {
     heaps: Option<[LargeBuffer; 2]>,
+    em: Option<crate::em::EmSpace>,
 }
 
 impl<'a> Solver<'a> {
@@ -714,6 +716,23 @@ impl<'a> Solver<'a> {
         if self.cfg.mode == Mode::Full {
             if let Some(plan) = crate::fast::Plan::new(self.gen.params(), self.cfg.threads) {
                 match crate::fast::solve(self.gen, &plan, &mut ws.heaps) {
+                    Some(found) => {
+                        stats.fast_path = true;
+                        stats.layer_rows = found.rows;
+                        stats.candidates = found.cands.len() + found.repeated;
+                        stats.duplicate_rejected = found.repeated;
+                        let sols = finish(found.cands, &mut stats);
+                        return Ok((sols, stats));
+                    }
+                    None => stats.fast_overflow = true,
+                }
+            }
+        }
+        if self.cfg.mode == Mode::Em {
+            // The CIP-EM layout (`em`): rows only in memory, trees in the file. One thread.
+            if let Some(plan) = crate::fast::Plan::new(self.gen.params(), 1) {
+                let dir = self.cfg.spill_dir.as_deref();
+                match crate::em::solve(self.gen, &plan, dir, &mut ws.em)? {
                     Some(found) => {
                         stats.fast_path = true;
                         stats.layer_rows = found.rows;

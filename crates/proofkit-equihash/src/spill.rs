@@ -109,6 +109,35 @@ impl SpillFile {
     }
 }
 
+impl SpillFile {
+    /// Where the file is (it is removed when the `SpillFile` is dropped).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Starts the file over: later appends overwrite it from offset 0 (the pages of an
+    /// earlier solve are reused instead of freed and allocated again).
+    pub(crate) fn rewind(&mut self) {
+        self.end = 0;
+    }
+
+    /// Appends `bytes` with a plain positioned write (no mapping: mapped file pages would
+    /// count in the process's resident set); returns their offset.
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> std::io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let at = self.end;
+        self.file.write_all_at(bytes, at)?;
+        self.end += bytes.len() as u64;
+        Ok(at)
+    }
+
+    /// Reads `buf.len()` bytes at `offset`.
+    pub(crate) fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, offset)
+    }
+}
+
 impl Drop for SpillFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);

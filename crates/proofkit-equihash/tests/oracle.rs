@@ -139,17 +139,98 @@ fn modes_agree_on_200_9() {
             .unwrap();
     }
     for c in [
+        cfg(Mode::Em, 1),
         cfg(Mode::Em, 2),
         cfg(Mode::Pr { height: 3 }, 2),
         cfg(Mode::Full, 1),
     ] {
-        assert_eq!(
-            solve(&gen, &c).unwrap().0,
-            base,
-            "mode {} threads {}",
-            c.mode,
-            c.threads
-        );
+        let (sols, stats) = solve(&gen, &c).unwrap();
+        assert_eq!(sols, base, "mode {} threads {}", c.mode, c.threads);
+        if c.mode == Mode::Em {
+            // The CIP-EM layout, not the general solver.
+            assert!(stats.fast_path && !stats.fast_overflow, "{stats:?}");
+        }
+    }
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("proofkit-eq-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).unwrap();
+        TempDir(d)
+    }
+
+    fn files(&self) -> usize {
+        std::fs::read_dir(&self.0).unwrap().count()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `em` on random instances: the CIP-EM path is taken, gives exactly the `full` mode's
+/// solutions (with a fresh and with a reused workspace), keeps one temporary file while a
+/// workspace lives and leaves none behind.
+#[test]
+fn em_mode_matches_full_and_removes_its_file() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0xe3);
+    let dir = TempDir::new("em");
+    let em = SolverConfig {
+        mode: Mode::Em,
+        threads: 1,
+        spill_dir: Some(dir.0.clone()),
+    };
+    for (n, k, count) in [(96u32, 5u32, 10), (48, 5, 60)] {
+        let p = Params::new(n, k).unwrap();
+        let mut ws = Workspace::default();
+        for i in 0..count {
+            let (input, nonce) = random_instance(&mut rng);
+            let gen = HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
+            let (want, _) = solve(&gen, &cfg(Mode::Full, 1)).unwrap();
+            let (fresh, stats) = solve(&gen, &em).unwrap();
+            assert!(
+                stats.fast_path && !stats.fast_overflow,
+                "({n},{k}) {stats:?}"
+            );
+            assert_eq!(fresh, want, "({n},{k})");
+            // Only the workspace's file (from the second instance on) is left.
+            let kept = usize::from(i > 0);
+            assert_eq!(dir.files(), kept, "a one-off solve leaves no file");
+            let (reused, _) = solve_in(&gen, &em, &mut ws).unwrap();
+            assert_eq!(reused, want, "({n},{k}) reused workspace");
+            assert_eq!(dir.files(), 1, "the workspace keeps its file");
+        }
+        drop(ws);
+        assert_eq!(dir.files(), 0, "dropping the workspace removes the file");
+    }
+}
+
+/// A spill directory where no file can be created is a typed error naming the spill file,
+/// not a panic.
+#[test]
+fn em_without_a_usable_spill_dir_is_an_error() {
+    let p = Params::new(96, 5).unwrap();
+    let gen = HashGen::new(p, b"ZcashPoW", b"x", &[0; 32]).unwrap();
+    let missing = TempDir::new("gone").0.join("no").join("such-dir");
+    for threads in [1, 2] {
+        let c = SolverConfig {
+            mode: Mode::Em,
+            threads,
+            spill_dir: Some(missing.clone()),
+        };
+        match solve(&gen, &c) {
+            Err(e @ proofkit_equihash::SolveError::Io(_)) => {
+                assert!(e.to_string().starts_with("spill file:"), "{e}")
+            }
+            other => panic!("expected an I/O error, got {:?}", other.map(|r| r.0.len())),
+        }
     }
 }
 
