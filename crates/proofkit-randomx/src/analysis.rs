@@ -301,17 +301,12 @@ impl AnalysisVm {
             let code = interpreter::decode(&program);
             let cfg = ProgramConfig::from_entropy(&program.entropy);
             #[cfg(target_arch = "x86_64")]
-            let mode = match self.source {
-                DatasetSource::Fast(_) => crate::vm::jit_x86_64::JitMode::Fast,
-                DatasetSource::Light(_) => crate::vm::jit_x86_64::JitMode::Light,
-            };
-            #[cfg(target_arch = "x86_64")]
             if let Some((_, _, machine_code)) = &mut self.jit {
                 crate::vm::jit_x86_64::compile_into(
                     machine_code,
                     &code,
                     cfg.read_reg.map(|x| x as u8),
-                    mode,
+                    self.source.jit_mode(),
                     self.version == crate::Version::V2,
                     crate::vm::JitRounding::Auto,
                 );
@@ -320,29 +315,20 @@ impl AnalysisVm {
             let start = clock_ns();
             #[cfg(target_arch = "x86_64")]
             let compiled = if let Some((region, state, machine_code)) = &mut self.jit {
-                state.r = [0; 8];
-                state.a = cfg.a;
-                state.e_mask = cfg.e_mask;
-                state.mem = cfg.ma as u64 | ((cfg.mx as u64) << 32);
-                state.sp_addr = cfg.mx as u64 | ((cfg.ma as u64) << 32);
-                state.fprc = fprc;
-                state.iterations = PROGRAM_ITERATIONS as u64;
-                crate::vm::jit_x86_64::execute(
+                let run = crate::vm::JitRun {
                     region,
-                    machine_code,
-                    mode,
                     state,
-                    self.scratchpad.as_mut_slice(),
+                    machine_code,
+                };
+                let sp = self.scratchpad.as_mut_slice();
+                run.execute(
+                    &mut self.regs,
+                    sp,
                     &self.source,
-                    cfg.dataset_offset,
-                )
-                // Loading code only fails when mprotect does, before anything ran.
-                .expect("JIT region protection change failed");
-                self.regs.r = state.r;
-                self.regs.f = state.f;
-                self.regs.e = state.e;
-                self.regs.a = cfg.a;
-                fprc = state.fprc;
+                    &cfg,
+                    &mut fprc,
+                    PROGRAM_ITERATIONS,
+                );
                 true
             } else {
                 false

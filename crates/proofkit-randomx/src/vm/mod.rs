@@ -27,6 +27,15 @@ pub enum DatasetSource {
 }
 
 impl DatasetSource {
+    /// Which dataset read the JIT compiles for this source.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn jit_mode(&self) -> jit_x86_64::JitMode {
+        match self {
+            DatasetSource::Fast(_) => jit_x86_64::JitMode::Fast,
+            DatasetSource::Light(_) => jit_x86_64::JitMode::Light,
+        }
+    }
+
     /// `r[0..8] ^=` dataset item `item` (computed from the cache in light mode).
     #[inline(always)]
     pub(crate) fn xor_item(&self, item: u64, r: &mut [u64; 9]) {
@@ -418,24 +427,6 @@ impl Vm {
         PreparedProgram { code, cfg }
     }
 
-    /// The JIT state for a prepared program: `a`, masks, `ma`/`mx`, spAddr, fprc, iterations.
-    #[cfg(target_arch = "x86_64")]
-    fn load_jit_state(
-        state: &mut jit_x86_64::JitState,
-        regs: &RegisterFile,
-        p: &PreparedProgram,
-        fprc: u32,
-        iterations: usize,
-    ) {
-        state.r = [0; 8];
-        state.a = regs.a;
-        state.e_mask = p.cfg.e_mask;
-        state.mem = p.cfg.ma as u64 | ((p.cfg.mx as u64) << 32);
-        state.sp_addr = p.cfg.mx as u64 | ((p.cfg.ma as u64) << 32);
-        state.fprc = fprc;
-        state.iterations = iterations as u64;
-    }
-
     /// Generates a program from AesGenerator4R(seed) and runs it (4.5, 4.6).
     fn run_program(&mut self, fprc: &mut u32, iterations: usize) {
         let prepared = self.prepare_program();
@@ -452,28 +443,16 @@ impl Vm {
 
         #[cfg(target_arch = "x86_64")]
         if let Some((region, state, machine_code)) = &mut self.jit {
-            let mode = match self.source {
-                DatasetSource::Fast(_) => jit_x86_64::JitMode::Fast,
-                DatasetSource::Light(_) => jit_x86_64::JitMode::Light,
-            };
             let rr = cfg.read_reg.map(|x| x as u8);
+            let mode = self.source.jit_mode();
             jit_x86_64::compile_into(machine_code, code, rr, mode, v2, self.opts.rounding);
-            Self::load_jit_state(state, &self.regs, prepared, *fprc, iterations);
-            let ok = jit_x86_64::execute(
+            let sp = self.scratchpad.as_mut_slice();
+            let run = JitRun {
                 region,
-                machine_code,
-                mode,
                 state,
-                self.scratchpad.as_mut_slice(),
-                &self.source,
-                cfg.dataset_offset,
-            );
-            // Loading code only fails when mprotect does, before anything ran.
-            ok.expect("JIT region protection change failed");
-            self.regs.r = state.r;
-            self.regs.f = state.f;
-            self.regs.e = state.e;
-            *fprc = state.fprc;
+                machine_code,
+            };
+            run.execute(&mut self.regs, sp, &self.source, cfg, fprc, iterations);
             return;
         }
         let mut r = [0u64; 9];
@@ -494,6 +473,56 @@ impl Vm {
             sp_addr1 = 0;
         }
         self.regs.r.copy_from_slice(&r[..8]);
+    }
+}
+
+/// A compiled program and what runs it: the VM's code region and JIT state.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct JitRun<'a> {
+    pub region: &'a mut jit_x86_64::ProgramCode,
+    pub state: &'a mut jit_x86_64::JitState,
+    pub machine_code: &'a [u8],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl JitRun<'_> {
+    /// Runs `iterations` loop iterations of the program configured by `cfg` from rounding mode
+    /// `fprc`: `r`, `f`, `e` and `fprc` come back updated, `a` is `cfg`'s. Shared by the VM
+    /// and the analyses' timed hash.
+    pub(crate) fn execute(
+        self,
+        regs: &mut RegisterFile,
+        scratchpad: &mut [u8],
+        source: &DatasetSource,
+        cfg: &ProgramConfig,
+        fprc: &mut u32,
+        iterations: usize,
+    ) {
+        let state = self.state;
+        state.r = [0; 8];
+        state.a = cfg.a;
+        state.e_mask = cfg.e_mask;
+        state.mem = cfg.ma as u64 | ((cfg.mx as u64) << 32);
+        state.sp_addr = cfg.mx as u64 | ((cfg.ma as u64) << 32);
+        state.fprc = *fprc;
+        state.iterations = iterations as u64;
+        let mode = source.jit_mode();
+        jit_x86_64::execute(
+            self.region,
+            self.machine_code,
+            mode,
+            state,
+            scratchpad,
+            source,
+            cfg.dataset_offset,
+        )
+        // Loading code only fails when mprotect does, before anything ran.
+        .expect("JIT region protection change failed");
+        regs.r = state.r;
+        regs.f = state.f;
+        regs.e = state.e;
+        regs.a = cfg.a;
+        *fprc = state.fprc;
     }
 }
 
