@@ -334,6 +334,53 @@ fn entries_size(entries: &[(&[u8], &[u8])]) -> usize {
 }
 
 const LEAF_CAPACITY: usize = PAGE - HEADER;
+/// A leaf rewritten with fewer bytes than this is merged with a neighbouring leaf.
+const MERGE_BELOW: usize = LEAF_CAPACITY / 4;
+
+/// Where to split a run of groups (their byte sizes, each at most a page) into leaves: the
+/// index of each leaf's first group. The fewest leaves that hold the run, with the largest as
+/// small as it can be, so the leaves come out of about equal size. Filling each leaf up to
+/// the average instead left a remainder of a group or two in a leaf of its own (so a full
+/// leaf split in two halves and a near-empty third), which then filled only as slowly as its
+/// few slots were written.
+fn split_groups(sizes: &[usize]) -> Vec<usize> {
+    // Greedy cuts with leaves of at most `limit` bytes (None: more than `most` leaves).
+    let cut = |limit: usize, most: usize| -> Option<Vec<usize>> {
+        let mut cuts = vec![0];
+        let mut fill = 0;
+        for (g, &size) in sizes.iter().enumerate() {
+            // A group larger than the limit gets a leaf of its own rather than an empty one.
+            if fill > 0 && fill + size > limit {
+                if cuts.len() == most {
+                    return None;
+                }
+                cuts.push(g);
+                fill = 0;
+            }
+            fill += size;
+        }
+        Some(cuts)
+    };
+    let fewest = cut(LEAF_CAPACITY, usize::MAX)
+        .expect("no bound on the leaves")
+        .len();
+    if fewest == 1 {
+        return vec![0];
+    }
+    // The smallest limit that still gives `fewest` leaves lies between the average and a
+    // page; the greedy count only falls as the limit grows, so bisect.
+    let total: usize = sizes.iter().sum();
+    let (mut below, mut fits) = (total.div_ceil(fewest) - 1, LEAF_CAPACITY);
+    while fits - below > 1 {
+        let mid = below + (fits - below) / 2;
+        if cut(mid, fewest).is_some() {
+            fits = mid;
+        } else {
+            below = mid;
+        }
+    }
+    cut(fits, fewest).expect("a page-sized limit fits in the fewest leaves")
+}
 
 /// The entries of a leaf page in order, bounds-checked: an overrun is an error item.
 struct LeafEntries<'a> {
@@ -1002,6 +1049,8 @@ impl Store {
                 return self.apply_page(0, depth, &ops[1..]);
             }
         }
+        // Only deletes shrink a subtree; without them nothing is small enough to merge.
+        let deletes = ops.iter().any(|o| !matches!(o, Op::Put(..)));
         let children = self.children(id);
         let mut new = children;
         let mut i = 0;
@@ -1021,11 +1070,26 @@ impl Store {
                 .count();
             if c != 0 && self.kind(c)? == BRANCH {
                 new[s] = self.apply_page(c, depth + 1, &ops[i..j])?;
+                let n = new[s];
+                if deletes && n != 0 && self.kind(n)? == LEAF && self.leaf_bytes(n)? < MERGE_BELOW {
+                    // The branch collapsed into a small leaf: merge it like any other.
+                    let next_op_slot = ops.get(j).map_or(FANOUT, |o| slot(o.key(), depth));
+                    let mut old = self.take_scratch();
+                    let r = self.merge_leaf(n, &mut old, &[]).and_then(|entries| {
+                        self.repack_small(depth, s, s, &entries, next_op_slot, &mut new)
+                    });
+                    self.scratch = Some(old);
+                    r?;
+                }
             } else {
+                // Untouched by this batch (no op in its slots), a right neighbour may join.
+                let next_op_slot = ops.get(j).map_or(FANOUT, |o| slot(o.key(), depth));
                 let mut old = self.take_scratch();
                 let r = self
                     .merge_leaf(c, &mut old, &ops[i..j])
-                    .and_then(|entries| self.pack(depth, lo, hi, &entries, &mut new));
+                    .and_then(|entries| {
+                        self.repack_small(depth, lo, hi, &entries, next_op_slot, &mut new)
+                    });
                 self.scratch = Some(old);
                 r?;
             }
@@ -1035,7 +1099,129 @@ impl Store {
         if new.iter().all(|&c| c == 0) {
             return Ok(0);
         }
+        if deletes {
+            if let Some(leaf) = self.collapse(depth, &new)? {
+                return Ok(leaf);
+            }
+        }
         self.write_branch(depth, &new)
+    }
+
+    /// Lays out `entries` (slots `lo..=hi` of the branch at `depth` being rewritten, `new`) as
+    /// [`Store::pack`] does, merged with a neighbouring leaf (see [`Store::leaf_neighbour`])
+    /// when they are few.
+    fn repack_small(
+        &mut self,
+        depth: usize,
+        lo: usize,
+        hi: usize,
+        entries: &[(&[u8], &[u8])],
+        next_op_slot: usize,
+        new: &mut [u32; FANOUT],
+    ) -> Result<(), StoreError> {
+        if entries_size(entries) >= MERGE_BELOW {
+            return self.pack(depth, lo, hi, entries, new);
+        }
+        let Some((n_lo, n_hi, n)) = self.leaf_neighbour(new, lo, hi, next_op_slot)? else {
+            return self.pack(depth, lo, hi, entries, new);
+        };
+        let mut page = Box::new([0u8; PAGE]);
+        page.copy_from_slice(self.page(n));
+        self.release(n);
+        let mut joined = Vec::with_capacity(entries.len() + 64);
+        if n_hi < lo {
+            parse_leaf(n, &page[..], |k, v| joined.push((k, v)))?;
+            joined.extend_from_slice(entries);
+        } else {
+            joined.extend_from_slice(entries);
+            parse_leaf(n, &page[..], |k, v| joined.push((k, v)))?;
+        }
+        self.pack(depth, lo.min(n_lo), hi.max(n_hi), &joined, new)
+    }
+
+    /// One leaf at `depth` holding the entries under `children` (of a branch at `depth`
+    /// being rewritten, its own page already released) when they are all leaves together
+    /// under half a page (a branch is made for over a page, so a few deletes do not flip a
+    /// subtree between the two); their pages are released.
+    fn collapse(
+        &mut self,
+        depth: usize,
+        children: &[u32; FANOUT],
+    ) -> Result<Option<u32>, StoreError> {
+        let mut leaves = Vec::new();
+        let mut bytes = 0;
+        for (_, _, c) in runs(children) {
+            if c == 0 {
+                continue;
+            }
+            if self.kind(c)? != LEAF || leaves.len() == 8 {
+                return Ok(None);
+            }
+            bytes += self.leaf_bytes(c)?;
+            if bytes > LEAF_CAPACITY / 2 {
+                return Ok(None);
+            }
+            leaves.push(c);
+        }
+        let mut copy = vec![0u8; leaves.len() * PAGE];
+        for (n, &c) in leaves.iter().enumerate() {
+            copy[n * PAGE..(n + 1) * PAGE].copy_from_slice(self.page(c));
+            self.release(c);
+        }
+        let mut entries = Vec::new();
+        for (n, &c) in leaves.iter().enumerate() {
+            parse_leaf(c, &copy[n * PAGE..(n + 1) * PAGE], |k, v| {
+                entries.push((k, v))
+            })?;
+        }
+        self.write_leaf(depth, &entries).map(Some)
+    }
+
+    /// Bytes the entries of leaf page `id` take.
+    fn leaf_bytes(&self, id: u32) -> Result<usize, StoreError> {
+        let mut bytes = 0;
+        parse_leaf(id, self.page(id), |k, v| {
+            bytes += ENTRY_HEADER + k.len() + v.len()
+        })?;
+        Ok(bytes)
+    }
+
+    /// A leaf page next to slots `lo..=hi` of the branch being rewritten (`new`: its children
+    /// so far) that a leaf of those slots left small may be merged with, as (first slot, last
+    /// slot, page): the left one, else the right one when no op of this batch (the next is in
+    /// slot `next_op_slot`) falls in its slots. Splits leave halves, but deletes (and slots
+    /// a branch left empty, later written) can leave a near-empty leaf that would otherwise
+    /// stay one for good.
+    fn leaf_neighbour(
+        &self,
+        new: &[u32; FANOUT],
+        lo: usize,
+        hi: usize,
+        next_op_slot: usize,
+    ) -> Result<Option<(usize, usize, u32)>, StoreError> {
+        if lo > 0 {
+            let n = new[lo - 1];
+            if n != 0 && self.kind(n)? == LEAF {
+                let mut n_lo = lo - 1;
+                while n_lo > 0 && new[n_lo - 1] == n {
+                    n_lo -= 1;
+                }
+                return Ok(Some((n_lo, lo - 1, n)));
+            }
+        }
+        if hi + 1 < FANOUT {
+            let n = new[hi + 1];
+            if n != 0 && self.kind(n)? == LEAF {
+                let mut n_hi = hi + 1;
+                while n_hi + 1 < FANOUT && new[n_hi + 1] == n {
+                    n_hi += 1;
+                }
+                if next_op_slot > n_hi {
+                    return Ok(Some((hi + 1, n_hi, n)));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The entries of leaf `id` (0: none; copied into `old`, and the page released) with the
@@ -1101,8 +1287,8 @@ impl Store {
     }
 
     /// Lays `entries` (all in slots `lo..=hi` of a branch at `depth`) out as leaves that each
-    /// cover a run of slots, evenly filled; a slot whose entries alone overflow a page
-    /// gets a branch of its own. Every slot of `lo..=hi` is set in `children`.
+    /// cover a run of slots; a slot whose entries alone overflow a page gets a branch of its
+    /// own. Every slot of `lo..=hi` is set in `children`.
     fn pack(
         &mut self,
         depth: usize,
@@ -1111,14 +1297,13 @@ impl Store {
         entries: &[(&[u8], &[u8])],
         children: &mut [u32; FANOUT],
     ) -> Result<(), StoreError> {
-        // Split into the fewest leaves that hold the entries, each filled to about the same
-        // size (as a B-tree splits), not greedily: a full leaf would split again on the next
-        // insert and leave a trail of near-empty pages.
-        let total = entries_size(entries);
-        let target = total.div_ceil(total.div_ceil(LEAF_CAPACITY).max(1));
-        let mut start = lo; // first slot of the leaf being filled
-        let mut cur = 0; // first entry of the leaf being filled
-        let mut size = 0;
+        if entries_size(entries) <= LEAF_CAPACITY {
+            return self.flush_leaf(depth, lo, hi, entries, children);
+        }
+        // The entries of one slot (a group) stay in one page; runs of groups between the
+        // oversized ones are split by `split_groups`.
+        let mut groups: Vec<(usize, usize)> = Vec::new(); // (first entry, bytes) per slot
+        let mut start = lo; // first slot of the run of groups being collected
         let mut i = 0;
         while i < entries.len() {
             let s = slot(entries[i].0, depth);
@@ -1126,25 +1311,53 @@ impl Store {
                 .iter()
                 .take_while(|(k, _)| slot(k, depth) == s)
                 .count();
-            let group = entries_size(&entries[i..j]);
-            if group > LEAF_CAPACITY {
-                self.flush_leaf(depth, start, s - 1, &entries[cur..i], children)?;
+            let size = entries_size(&entries[i..j]);
+            if size > LEAF_CAPACITY {
+                self.pack_run(depth, start, s - 1, entries, &groups, i, children)?;
+                groups.clear();
                 children[s] = self.build(depth + 1, &entries[i..j])?;
                 start = s + 1;
-                cur = j;
-                size = 0;
-            } else if size > 0 && size + group > target {
-                self.flush_leaf(depth, start, s - 1, &entries[cur..i], children)?;
-                start = s;
-                cur = i;
-                size = group;
             } else {
-                size += group;
+                groups.push((i, size));
             }
             i = j;
         }
         if start <= hi {
-            self.flush_leaf(depth, start, hi, &entries[cur..], children)?;
+            self.pack_run(depth, start, hi, entries, &groups, entries.len(), children)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the `groups` (first entry and bytes of each slot's entries, ending at entry
+    /// `end`) as leaves covering slots `lo..=hi`, split by `split_groups`.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_run(
+        &mut self,
+        depth: usize,
+        lo: usize,
+        hi: usize,
+        entries: &[(&[u8], &[u8])],
+        groups: &[(usize, usize)],
+        end: usize,
+        children: &mut [u32; FANOUT],
+    ) -> Result<(), StoreError> {
+        if groups.is_empty() {
+            return self.flush_leaf(depth, lo, hi, &[], children);
+        }
+        let sizes: Vec<usize> = groups.iter().map(|g| g.1).collect();
+        let cuts = split_groups(&sizes);
+        let mut first_slot = lo;
+        for (n, &c) in cuts.iter().enumerate() {
+            let from = groups[c].0;
+            let (to, last_slot) = match cuts.get(n + 1) {
+                Some(&next) => {
+                    let to = groups[next].0;
+                    (to, slot(entries[to].0, depth) - 1)
+                }
+                None => (end, hi),
+            };
+            self.flush_leaf(depth, first_slot, last_slot, &entries[from..to], children)?;
+            first_slot = last_slot + 1;
         }
         Ok(())
     }
@@ -1632,6 +1845,144 @@ mod tests {
         let s = Store::open(Some(&dir)).unwrap();
         assert_eq!(s.meta().block_number, 1);
         assert_eq!(s.get(&[1; 32]).unwrap(), Some(vec![1]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Leaf bytes (entries and their headers) over the leaf pages' capacity.
+    fn leaf_fill(s: &Store) -> f64 {
+        let bytes: usize = contents(s)
+            .iter()
+            .map(|(k, v)| ENTRY_HEADER + k.len() + v.len())
+            .sum();
+        bytes as f64 / (s.check().unwrap().leaf_pages as usize * LEAF_CAPACITY) as f64
+    }
+
+    #[test]
+    fn a_run_of_groups_splits_into_the_fewest_leaves_of_about_equal_size() {
+        // A full leaf and one more group: two halves, not two leaves up to the average and
+        // a third holding the one group left over.
+        let cuts = split_groups(&[111; 38]);
+        assert_eq!(cuts, vec![0, 19]);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        for _ in 0..2000 {
+            let n = rng.gen_range(1..200);
+            let big = if rng.gen_bool(0.5) {
+                400
+            } else {
+                LEAF_CAPACITY
+            };
+            let sizes: Vec<usize> = (0..n).map(|_| rng.gen_range(1..=big)).collect();
+            let cuts = split_groups(&sizes);
+            // The fewest leaves: greedy filling to a page gives the fewest for a run.
+            let (mut fewest, mut fill) = (1, 0);
+            for &g in &sizes {
+                if fill + g > LEAF_CAPACITY {
+                    fewest += 1;
+                    fill = 0;
+                }
+                fill += g;
+            }
+            assert_eq!(cuts.len(), fewest, "{sizes:?}");
+            assert_eq!(cuts[0], 0);
+            let total: usize = sizes.iter().sum();
+            let largest_group = *sizes.iter().max().unwrap();
+            let ends = cuts[1..].iter().copied().chain([sizes.len()]);
+            for (&from, to) in cuts.iter().zip(ends) {
+                assert!(from < to, "an empty leaf: {cuts:?}");
+                let leaf: usize = sizes[from..to].iter().sum();
+                assert!(leaf <= LEAF_CAPACITY);
+                // No leaf larger than the average by more than a group (so none far smaller
+                // either when there are two).
+                assert!(
+                    leaf <= total.div_ceil(fewest) + largest_group,
+                    "{sizes:?} {cuts:?}"
+                );
+            }
+        }
+    }
+
+    /// Random inserts of the Paprika pattern (an account and its slot under one prefix)
+    /// keep the leaves about as full as a B-tree's; the packing once fell to ~40% by leaving
+    /// a leaf with a group or two behind at most splits.
+    #[test]
+    fn inserted_accounts_fill_the_leaves() {
+        let mut s = Store::open(None).unwrap();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        for b in 0..60u64 {
+            let mut ops = Vec::new();
+            for _ in 0..1000 {
+                let h: [u8; 32] = rng.gen();
+                ops.push(Op::Put(h.to_vec(), vec![1, 0, 2, 1, 2, 0]));
+                ops.push(Op::Put([h, [7; 32]].concat(), vec![1, 2, 3]));
+            }
+            s.apply(ops).unwrap();
+            s.commit(b, [0; 32], CommitLevel::None).unwrap();
+        }
+        let fill = leaf_fill(&s);
+        assert!(fill > 0.6, "leaves {:.0}% full", fill * 100.0);
+    }
+
+    /// Deleting most keys merges the leaves left near-empty with their neighbours, and the
+    /// contents stay those of a model map through the merges and a reopen.
+    #[test]
+    fn leaves_left_small_by_deletes_are_merged() {
+        let dir = std::env::temp_dir().join(format!("pk-store-merge-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = Store::open(Some(&dir)).unwrap();
+        let key = |i: u32| keccak256(&i.to_le_bytes()).to_vec();
+        let mut model = BTreeMap::new();
+        s.apply(
+            (0..20_000)
+                .map(|i| Op::Put(key(i), vec![i as u8; 40]))
+                .collect(),
+        )
+        .unwrap();
+        s.commit(1, [1; 32], CommitLevel::None).unwrap();
+        let full = s.check().unwrap().leaf_pages;
+        // Keep one key in ten, deleted over several batches.
+        for (n, batch) in (0..20_000u32).collect::<Vec<_>>().chunks(5000).enumerate() {
+            let mut ops = Vec::new();
+            for &i in batch {
+                if i % 10 == 0 {
+                    model.insert(key(i), vec![i as u8; 40]);
+                } else {
+                    ops.push(Op::Del(key(i)));
+                }
+            }
+            s.apply(ops).unwrap();
+            s.commit(2 + n as u64, [2; 32], CommitLevel::FlushData)
+                .unwrap();
+        }
+        assert_eq!(contents(&s), model);
+        let (fill, leaves) = (leaf_fill(&s), s.check().unwrap().leaf_pages);
+        // Without merging the leaves would keep their number and be ~7% full.
+        assert!(
+            fill > 0.25,
+            "{leaves} leaves of {full} {:.0}% full",
+            fill * 100.0
+        );
+        drop(s);
+        let mut s = Store::open(Some(&dir)).unwrap();
+        assert_eq!(contents(&s), model);
+        s.check().unwrap();
+        // Grown back (the merged leaves split again), then emptied: every page is free.
+        s.apply((0..20_000).map(|i| Op::Put(key(i), vec![3; 40])).collect())
+            .unwrap();
+        s.commit(10, [3; 32], CommitLevel::None).unwrap();
+        assert_eq!(contents(&s).len(), 20_000);
+        for (n, part) in [(0..9_000), (9_000..19_990), (19_990..20_000)]
+            .into_iter()
+            .enumerate()
+        {
+            s.apply(part.map(|i| Op::Del(key(i))).collect()).unwrap();
+            s.commit(11 + n as u64, [4; 32], CommitLevel::None).unwrap();
+            let report = s.check().unwrap();
+            assert_eq!(report.entries as usize, contents(&s).len());
+        }
+        assert!(contents(&s).is_empty());
+        s.commit(20, [5; 32], CommitLevel::None).unwrap();
+        let report = s.check().unwrap();
+        assert_eq!((report.branch_pages, report.leaf_pages), (0, 0));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
