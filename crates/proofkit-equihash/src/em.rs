@@ -15,8 +15,10 @@
 //! ```text
 //!  pool:   | chunk | chunk | ... |   CHUNK bytes: rows, then 4 bytes (link to the bucket's next chunk)
 //!  row of layer r: | hash bits [r*c + B, n), big-endian, ceil(bits/8) bytes | tree, tb bytes LE |
-//!  tree:   layer 0: the low 16 bits of the string index;
-//!          layer r >= 1: bucket of the pair at layer r-1 << (32 - B) | pair(slot a, slot b)
+//!  tree:   layer 0: the low B + 6 bits of the string index (16 for (200,9), 24 for (144,5));
+//!          layer r >= 1: bucket of the pair at layer r-1 << P | pair(slot a, slot b),
+//!          P = 32 - B where that names enough slot ids (4-byte trees), else wider
+//!          (`Plan::wide`, e.g. (144,5): P = 21, 5-byte trees)
 //!  file:   | layer 0's trees (full indices) | layer 1's | ... | layer k-1's |,
 //!          each layer in (bucket, slot) order
 //! ```
@@ -28,7 +30,7 @@
 //!
 //! This path runs on one thread; like [`crate::fast`] it returns `None` (the caller then runs
 //! the general solver) when a bucket outgrows the slot ids a pair code can name, the pool
-//! runs out of chunks, or two layer-0 rows of a bucket are 2^16 or more indices apart.
+//! runs out of chunks, or two layer-0 rows of a bucket are 2^(B+6) or more indices apart.
 #![deny(unsafe_code)]
 
 use crate::fast::{pair_code, pair_decode, Chains, Plan, MAX_WORDS, NIL};
@@ -58,10 +60,11 @@ struct Geo {
     /// Hash bytes.
     hb: Vec<usize>,
     /// Tree bytes in a row: layer 0 keeps the low `8 * tb[0]` bits of the string index
-    /// (2 bytes for (200,9)); a bucket's indices increase, and the full index is the
-    /// previous row's plus the difference of the low bits (a gap of 2^16 or more between
-    /// two rows of a bucket, about e^-64 per row for (200,9), sends the solve to the general
-    /// solver). That makes (200,9)'s layer-0 rows 26 bytes instead of 27.
+    /// (2 bytes for (200,9), 3 for (144,5)); a bucket's indices increase, and the full index
+    /// is the previous row's plus the difference of the low bits, from the bucket's first
+    /// index (kept in `Scratch::base`; a gap of 2^(8 tb) or more between two rows of a
+    /// bucket, about e^-64 per row, sends the solve to the general solver). That makes
+    /// (200,9)'s layer-0 rows 26 bytes instead of 27.
     tb: Vec<usize>,
     /// Tree bytes in the file (layer 0: the full index).
     ftb: Vec<usize>,
@@ -71,10 +74,18 @@ struct Geo {
     rpc: Vec<usize>,
     /// Valid bits of the last hash word (the bytes after a row's hash hold its tree).
     mask: Vec<u32>,
+    /// Bits of a tree's pair code (below the bucket bits): `32 - B` where the plan's pair
+    /// codes fit 32 bits (trees of 4 bytes), more for [`Plan::wide`] plans.
+    pair_bits: u32,
 }
 
 impl Geo {
     fn new(plan: &Plan, index_bits: u32) -> Self {
+        let ids = plan.ids().max(2) as u64;
+        // The largest pair code, of slot ids (ids - 2, ids - 1).
+        let top = (ids - 1) * (ids - 2) / 2 + ids - 2;
+        let pair_bits = (64 - top.leading_zeros()).max(32u32.saturating_sub(plan.bb));
+        let tree_bytes = (plan.bb + pair_bits).div_ceil(8) as usize;
         let mut g = Geo {
             hb: vec![],
             tb: vec![],
@@ -82,6 +93,7 @@ impl Geo {
             stride: vec![],
             rpc: vec![],
             mask: vec![],
+            pair_bits,
         };
         for r in 0..plan.k {
             let bits = (plan.n - r * plan.c - plan.bb) as usize;
@@ -90,9 +102,13 @@ impl Geo {
             let ftb = if r == 0 {
                 (index_bits as usize).div_ceil(8)
             } else {
-                4
+                tree_bytes
             };
-            let tb = if r == 0 { ftb.min(2) } else { 4 }.max(4 * hw - hb);
+            // Above layer 0, `tb == ftb` (at least 4 > 4 * hw - hb).
+            // A bucket's indices are about 2^B apart: 6 more bits make a gap past them about
+            // e^-64 per row.
+            let low = (plan.bb as usize + 6).div_ceil(8);
+            let tb = if r == 0 { ftb.min(low) } else { ftb }.max(4 * hw - hb);
             g.hb.push(hb);
             g.tb.push(tb);
             g.ftb.push(ftb);
@@ -120,6 +136,37 @@ fn read_u32(mem: &[u8], at: usize) -> u32 {
 #[inline(always)]
 fn write_u32(mem: &mut [u8], at: usize, v: u32) {
     mem[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Writes a tree of `tb` bytes at `at`: 4 bytes when `tb <= 4`, else 8 (the bytes past `tb`
+/// land in the next row's space, not yet written, or the chunk's link, written later: at
+/// most 4 bytes past the row, as `Geo` allows, since `tb >= 4`).
+#[inline(always)]
+fn write_tree(mem: &mut [u8], at: usize, tree: u64, tb: usize) {
+    if tb <= 4 {
+        write_u32(mem, at, tree as u32);
+    } else {
+        mem[at..at + 8].copy_from_slice(&tree.to_le_bytes());
+    }
+}
+
+/// Reads a tree of `tb` bytes at `at` (the inverse of [`write_tree`]; callers mask).
+#[inline(always)]
+fn read_tree(mem: &[u8], at: usize, tb: usize) -> u64 {
+    if tb <= 4 {
+        read_u32(mem, at) as u64
+    } else {
+        u64::from_le_bytes(mem[at..at + 8].try_into().expect("8 bytes"))
+    }
+}
+
+/// The low `8 * bytes` bits.
+fn byte_mask(bytes: usize) -> u64 {
+    if bytes >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * bytes)) - 1
+    }
 }
 
 /// The chunk allocator: a LIFO free list over a bump pointer. The list is kept in the free
@@ -266,10 +313,10 @@ struct TreeOut<'f> {
 impl TreeOut<'_> {
     /// Makes room for `bytes` more.
     fn reserve(&mut self, bytes: usize) -> io::Result<()> {
-        if self.len + bytes + 4 > self.buf.len() {
+        if self.len + bytes + 8 > self.buf.len() {
             self.flush()?;
-            if bytes + 4 > self.buf.len() {
-                self.buf.resize(bytes + 4, 0);
+            if bytes + 8 > self.buf.len() {
+                self.buf.resize(bytes + 8, 0);
             }
         }
         Ok(())
@@ -277,8 +324,8 @@ impl TreeOut<'_> {
 
     /// Appends the low `tb` bytes of `v` (room reserved).
     #[inline(always)]
-    fn put(&mut self, v: u32, tb: usize) {
-        self.buf[self.len..self.len + 4].copy_from_slice(&v.to_le_bytes());
+    fn put(&mut self, v: u64, tb: usize) {
+        self.buf[self.len..self.len + 8].copy_from_slice(&v.to_le_bytes());
         self.len += tb;
     }
 
@@ -292,6 +339,25 @@ impl TreeOut<'_> {
 
 /// What [`solve`] found, as [`crate::fast::Found`].
 pub(crate) use crate::fast::Found;
+
+/// The plan `em` runs with: [`crate::fast`]'s one-thread plan where its buckets hold 2^8 or
+/// more rows on average ((200,9), (96,5), (48,5)), else a [`Plan::wide`] one. For (144,5) and
+/// (192,7) (2^25 strings, 24-bit digits) a 32-bit pair code needs 2^21 buckets of 16 rows,
+/// and every bucket holds a partly filled chunk (2 GB); the wide plan has about 2^9 rows per
+/// bucket (B = c + 1 - 9: rest bits 8, as the general solver's chains) and 2,048 slot ids
+/// (four times a bucket's mean rows, about 20 standard deviations), with trees of more than
+/// 4 bytes: for (144,5) B = 16, pair codes of 21 bits and trees of 5 bytes, rows of 19 bytes
+/// at layer 0 (128 hash bits and 24 low index bits: a bucket's indices are about 2^16
+/// apart) and 18 at layer 1 (104 hash bits and the tree), so layer 0 is 608 MiB. Other
+/// bucket bits would not shorten layer 0's rows (B fewer hash bits, B more gap bits), and
+/// more would add partly filled chunks (one per bucket).
+pub(crate) fn plan(p: crate::Params) -> Option<Plan> {
+    let c = p.collision_bits();
+    match Plan::new(p, 1) {
+        Some(fast) if fast.bb + 8 <= c + 1 => Some(fast),
+        _ => Plan::wide(p, (c + 1).saturating_sub(9), 2048),
+    }
+}
 
 /// Solves with `plan` (made for one thread), keeping the pool and the file in `keep`.
 /// `Ok(None)`: a bucket outgrew its slot ids (the caller runs the general solver).
@@ -357,7 +423,8 @@ fn run(
     };
     let mut cur = Layer::new(nb);
     let mut next = Layer::new(nb);
-    if !layer0(gen, plan, geo, mem, &mut alloc, &mut cur)
+    let mut scratch = Scratch::new(plan);
+    if !layer0(gen, plan, geo, mem, &mut alloc, &mut cur, &mut scratch.base)
         || !cur.count(geo.stride[0], geo.rpc[0], plan.ids())
     {
         return Ok(None);
@@ -366,7 +433,6 @@ fn run(
     // Where each layer's trees start in the file, and its rows per bucket.
     let mut starts = Vec::with_capacity(k);
     let mut counts: Vec<Vec<u32>> = Vec::with_capacity(k);
-    let mut scratch = Scratch::new(plan);
     for r in 0..k - 1 {
         rows.push(cur.rows());
         starts.push(trees.total + trees.len as u64);
@@ -439,6 +505,8 @@ struct Scratch {
     items: Vec<u32>,
     /// The rows of the bucket being merged, `hw` words each.
     rows: Vec<u32>,
+    /// The first string index of each layer-0 bucket.
+    base: Vec<u32>,
 }
 
 impl Scratch {
@@ -449,6 +517,7 @@ impl Scratch {
             seen: Vec::new(),
             items: Vec::new(),
             rows: Vec::new(),
+            base: vec![0; plan.nb()],
         }
     }
 }
@@ -461,10 +530,11 @@ fn layer0(
     mem: &mut [u8],
     alloc: &mut Alloc,
     lay: &mut Layer,
+    base: &mut [u32],
 ) -> bool {
     match (plan.bb, plan.hw[0]) {
-        (10, 6) => fill_layer0::<10, 6, true>(gen, plan, geo, mem, alloc, lay),
-        _ => fill_layer0::<0, 0, false>(gen, plan, geo, mem, alloc, lay),
+        (10, 6) => fill_layer0::<10, 6, true>(gen, plan, geo, mem, alloc, lay, base),
+        _ => fill_layer0::<0, 0, false>(gen, plan, geo, mem, alloc, lay, base),
     }
 }
 
@@ -475,6 +545,7 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     mem: &mut [u8],
     alloc: &mut Alloc,
     lay: &mut Layer,
+    base: &mut [u32],
 ) -> bool {
     let p = gen.params();
     let per = p.indices_per_hash() as usize;
@@ -486,15 +557,15 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     };
     let (stride, rpc, hb, tb, mask) =
         (geo.stride[0], geo.rpc[0], geo.hb[0], geo.tb[0], geo.mask[0]);
-    // The largest gap from a bucket's previous index (from 0 for its first) that the low
-    // `8 * tb` bits of an index can carry.
+    // The largest gap from a bucket's previous index that the low `8 * tb` bits of an index
+    // can carry (a bucket's first index is kept whole in `base`).
     let reach = if 8 * tb >= 32 {
         u64::MAX
     } else {
         1u64 << (8 * tb)
     };
     let exact = 8 * tb as u32 >= p.index_bits();
-    let mut last = vec![0u64; plan.nb()];
+    let mut last = vec![u64::MAX; plan.nb()];
     const BATCH: usize = 64;
     let mut buf = vec![[0u8; BLOCK_BYTES]; BATCH];
     let mut padded = [0u8; BLOCK_BYTES + 48];
@@ -534,7 +605,9 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
                 }
                 // Bits past n in the last word come from the next string or the padding.
                 words[hw - 1] &= mask;
-                if !exact && index - last[b] >= reach {
+                if last[b] == u64::MAX {
+                    base[b] = index as u32;
+                } else if !exact && index - last[b] >= reach {
                     return false;
                 }
                 last[b] = index;
@@ -710,7 +783,7 @@ fn merge<
 ) -> io::Result<bool> {
     let (c, bb) = if SPEC { (C, BB) } else { (plan.c, plan.bb) };
     let rb = c - bb;
-    let pair_bits = 32 - bb;
+    let pair_bits = if SPEC { 32 - BB } else { geo.pair_bits };
     let ob_shift = 32 - bb.max(1);
     let (cs, cr) = (c, 32 - c);
     let (rpci, tbi, mask, rpco) = (geo.rpc[r], geo.tb[r], geo.mask[r], geo.rpc[r + 1]);
@@ -728,16 +801,18 @@ fn merge<
             (1u32 << (8 * tbi)) - 1
         },
     );
+    let tree_mask = byte_mask(ftb);
     let Scratch {
         chains,
         pairs,
         rows,
+        base,
         ..
     } = s;
     for b in 0..plan.nb() {
         chains.clear(rb);
         let count = cur.counts[b] as usize;
-        trees.reserve(count * 4)?;
+        trees.reserve(count * 8)?;
         if rows.len() < count * WI {
             rows.resize(count * WI, 0);
         }
@@ -745,22 +820,22 @@ fn merge<
         if pairs.len() < 3 * count + 3 {
             pairs.resize(3 * count + 3, 0);
         }
-        let bucket_tag = if bb == 0 { 0 } else { (b as u32) << pair_bits };
+        let bucket_tag = if bb == 0 { 0 } else { (b as u64) << pair_bits };
         // Phase 1: the bucket's rows are copied out of their chunks (as aligned words, for
         // the random reads of phase 2) and their trees written out, in slot order; the rows
         // are chained by the rest of their digit and the pairs (older id, newer id) listed
         // in chain order, as in `fast`: the first three partners of a row without branches.
         let mut np = 0;
-        let mut index = 0u32;
+        let mut index = base.get(b).copied().unwrap_or(0);
         {
             let mem: &[u8] = mem;
             for_rows(mem, cur, b, si, rpci, |id, _, row| {
-                let tree = u32::from_le_bytes(row[hbi..hbi + 4].try_into().expect("4"));
                 if r == 0 {
-                    index = index.wrapping_add(tree.wrapping_sub(index) & low_mask);
-                    trees.put(index, ftb);
+                    let low = read_u32(row, hbi);
+                    index = index.wrapping_add(low.wrapping_sub(index) & low_mask);
+                    trees.put(index as u64, ftb);
                 } else {
-                    trees.put(tree, 4);
+                    trees.put(read_tree(row, hbi, tbi) & tree_mask, ftb);
                 }
                 let mut x = load::<WI>(row, 0);
                 x[WI - 1] &= mask;
@@ -811,18 +886,18 @@ fn merge<
             } else {
                 (((x[0] << rb) | (xw(1) >> (32 - rb))) >> ob_shift) as usize
             };
-            let tree = bucket_tag | pair_code(qi, id);
+            let tree = bucket_tag | pair_code(qi, id) as u64;
             let Some(oat) = next.place(alloc, mem, ob, so, rpco) else {
                 return Ok(false);
             };
             // As in layer 0, the last word may run past the row into the next one's bytes
             // (its tree then overwrites them).
-            let dst = &mut mem[oat..oat + 4 * WO + 4];
+            let dst = &mut mem[oat..oat + so + 4];
             for w in 0..WO {
                 let v = (x[w] << cs) | (xw(w + 1) >> cr);
                 dst[4 * w..4 * w + 4].copy_from_slice(&v.to_be_bytes());
             }
-            dst[hbo..hbo + 4].copy_from_slice(&tree.to_le_bytes());
+            write_tree(dst, hbo, tree, so - hbo);
             prefetch_after(mem, oat);
         }
     }
@@ -883,11 +958,10 @@ fn final_merge<const W: usize>(
     let mut out = Vec::new();
     for b in 0..plan.nb() {
         chains.clear(rb);
-        trees.reserve(cur.counts[b] as usize * 4)?;
+        trees.reserve(cur.counts[b] as usize * 8)?;
         items.clear();
         for_rows(mem, cur, b, si, rpc, |_, at, _| {
-            let tree = u32::from_le_bytes(mem[at + hb..at + hb + 4].try_into().expect("4"));
-            trees.put(tree, tb);
+            trees.put(read_tree(mem, at + hb, tb) & byte_mask(tb), tb);
             items.push(at as u32);
             let f = filter(at);
             seen[f] = seen[f].saturating_add(1);
@@ -929,7 +1003,7 @@ struct Book<'a> {
 
 impl Book<'_> {
     /// The tree of slot `id` of bucket `b` at layer `r`.
-    fn tree(&self, r: usize, b: usize, id: usize) -> io::Result<u32> {
+    fn tree(&self, r: usize, b: usize, id: usize) -> io::Result<u64> {
         let tb = self.geo.ftb[r];
         let pos = self.prefix[r][b] + id as u64;
         if pos >= self.prefix[r][b + 1] {
@@ -938,10 +1012,10 @@ impl Book<'_> {
                 "tree pointer past its bucket",
             ));
         }
-        let mut v = [0u8; 4];
+        let mut v = [0u8; 8];
         self.file
             .read_at(&mut v[..tb], self.starts[r] + pos * tb as u64)?;
-        Ok(u32::from_le_bytes(v))
+        Ok(u64::from_le_bytes(v))
     }
 }
 
@@ -961,12 +1035,8 @@ impl Expansion {
         let b = (b as u64) << 32;
         self.nodes.clear();
         self.nodes.extend([b | a as u64, b | c as u64]);
-        let pair_bits = 32 - plan.bb;
-        let pair_mask = if pair_bits == 32 {
-            u32::MAX
-        } else {
-            (1u32 << pair_bits) - 1
-        };
+        let pair_bits = book.geo.pair_bits;
+        let pair_mask = (1u64 << pair_bits) - 1;
         for r in (1..plan.k as usize).rev() {
             self.below.clear();
             for &node in &self.nodes {
@@ -974,9 +1044,9 @@ impl Expansion {
                 let pb = if plan.bb == 0 {
                     0
                 } else {
-                    ((tree >> pair_bits) as u64) << 32
+                    (tree >> pair_bits) << 32
                 };
-                let (x, y) = pair_decode(tree & pair_mask);
+                let (x, y) = pair_decode((tree & pair_mask) as u32);
                 self.below.extend([pb | x as u64, pb | y as u64]);
             }
             self.sorted.clear();
@@ -989,7 +1059,7 @@ impl Expansion {
         }
         self.nodes
             .iter()
-            .map(|&node| book.tree(0, (node >> 32) as usize, node as u32 as usize))
+            .map(|&node| Ok(book.tree(0, (node >> 32) as usize, node as u32 as usize)? as u32))
             .collect::<io::Result<Vec<u32>>>()
             .map(Some)
     }
@@ -1025,6 +1095,48 @@ mod tests {
             plan.extra = 0;
             assert!(solve(&gen, &plan, None, &mut keep).unwrap().is_none());
         }
+    }
+
+    /// [`Plan::wide`] plans (trees of more than 4 bytes) on small parameters: exactly the
+    /// reference solver's solutions, with the pool and file reused; (144,5) takes the wide
+    /// plan with its 19/18-byte rows and 5-byte trees, (200,9) keeps `fast`'s plan.
+    #[test]
+    fn wide_plans_match_the_reference_solver() {
+        let mut keep = None;
+        // (n, k, bucket bits, slot ids): trees of 6 and 5 bytes, and 4 bytes with B = 0.
+        for (n, k, bb, ids) in [(96, 5, 12, 60_000), (48, 5, 4, 60_000), (48, 5, 0, 2048)] {
+            let p = crate::Params::new(n, k).unwrap();
+            let plan = Plan::wide(p, bb, ids).unwrap();
+            let g = Geo::new(&plan, p.index_bits());
+            assert!(bb + g.pair_bits > 32 || bb == 0, "({n},{k}) B={bb}");
+            for nonce in 0..6u128 {
+                let gen =
+                    crate::HashGen::new(p, b"ZcashPoW", b"wide", &crate::nonce_from_int(nonce))
+                        .unwrap();
+                let want = crate::reference::solve(&gen);
+                let found = solve(&gen, &plan, None, &mut keep)
+                    .unwrap()
+                    .expect("ids suffice");
+                let mut stats = crate::SolveStats::default();
+                assert_eq!(
+                    crate::solver::finish(found.cands, &mut stats),
+                    want,
+                    "({n},{k}) B={bb} nonce {nonce}"
+                );
+            }
+        }
+        let p = crate::Params::new(144, 5).unwrap();
+        let wide = plan(p).unwrap();
+        let g = Geo::new(&wide, p.index_bits());
+        assert_eq!((wide.bb, wide.ids(), g.pair_bits), (16, 2048, 21));
+        assert_eq!(g.stride, [19, 18, 15, 12, 9]);
+        assert_eq!((g.tb[0], g.ftb[0], g.ftb[1]), (3, 4, 5));
+        for r in 0..5 {
+            assert!(g.hb[r] + 4 <= 4 * wide.hw[r] + 4 && 4 * wide.hw[r] <= g.stride[r]);
+            assert!(g.rpc[r] * g.stride[r] + 4 <= CHUNK);
+        }
+        let p = crate::Params::new(200, 9).unwrap();
+        assert_eq!(plan(p).unwrap().bb, Plan::new(p, 1).unwrap().bb);
     }
 
     /// (200,9)'s rows: 26 bytes at layers 0 and 1 (16 low index bits at layer 0), and every

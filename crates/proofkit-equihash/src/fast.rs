@@ -136,6 +136,34 @@ impl Plan {
         None
     }
 
+    /// A one-thread plan for [`crate::em`] only, whose trees are byte-packed and may exceed
+    /// 32 bits: `bb` bucket bits and `ids` slot ids per bucket (no heap, no overflow store).
+    /// `None` when the rows are too long or the rest of the digit exceeds the chain tables.
+    pub(crate) fn wide(p: crate::Params, bb: u32, ids: usize) -> Option<Plan> {
+        let (n, k, c) = (p.n(), p.k(), p.collision_bits());
+        if k < 2 || bb > c || c - bb > MAX_REST_BITS || ids >= NIL as usize {
+            return None;
+        }
+        let hw: Vec<usize> = (0..k)
+            .map(|r| ((n - r * c - bb) as usize).div_ceil(32))
+            .collect();
+        if hw[0] > MAX_WORDS {
+            return None;
+        }
+        Some(Plan {
+            n,
+            k,
+            c,
+            bb,
+            rb: c - bb,
+            threads: 1,
+            cap: ids,
+            extra: 0,
+            hw,
+            sw: [0, 0],
+        })
+    }
+
     pub(crate) fn nb(&self) -> usize {
         1 << self.bb
     }

@@ -730,7 +730,7 @@ impl<'a> Solver<'a> {
         }
         if self.cfg.mode == Mode::Em {
             // The CIP-EM layout (`em`): rows only in memory, trees in the file. One thread.
-            if let Some(plan) = crate::fast::Plan::new(self.gen.params(), 1) {
+            if let Some(plan) = crate::em::plan(self.gen.params()) {
                 let dir = self.cfg.spill_dir.as_deref();
                 match crate::em::solve(self.gen, &plan, dir, &mut ws.em)? {
                     Some(found) => {

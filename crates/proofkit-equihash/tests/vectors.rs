@@ -53,8 +53,9 @@ fn solver_finds_exactly_the_listed_solutions() {
     solver_vectors(96);
 }
 
-/// (144,5): the listed solutions of nonce 0 and none for nonce 10, full mode, 2 threads.
-/// About 40 s and 3 GB per solve on the 2-core machine, so not run by default:
+/// (144,5): the listed solutions of nonce 0 and none for nonce 10, full mode with 2 threads
+/// (the general solver: about 40 s and 3 GB per solve on the 2-core machine) and `em` (its
+/// wide plan, asserted taken: about 15 s and 740 MB), so not run by default:
 /// `cargo test -p proofkit-equihash --test vectors -- --ignored`.
 #[test]
 #[ignore]
@@ -79,11 +80,18 @@ fn solver_vectors(n: u64) {
             .collect();
         want.sort();
         let configs: Vec<SolverConfig> = if p.n() == 144 {
-            vec![SolverConfig {
-                mode: Mode::Full,
-                threads: 2,
-                spill_dir: None,
-            }]
+            vec![
+                SolverConfig {
+                    mode: Mode::Full,
+                    threads: 2,
+                    spill_dir: None,
+                },
+                SolverConfig {
+                    mode: Mode::Em,
+                    threads: 1,
+                    spill_dir: None,
+                },
+            ]
         } else {
             let mut c = vec![
                 SolverConfig {
@@ -113,6 +121,9 @@ fn solver_vectors(n: u64) {
         };
         for cfg in configs {
             let (got, stats) = solve(&gen, &cfg).unwrap();
+            if p.n() == 144 && cfg.mode == Mode::Em {
+                assert!(stats.fast_path && !stats.fast_overflow, "{stats:?}");
+            }
             assert_eq!(
                 got,
                 want,
