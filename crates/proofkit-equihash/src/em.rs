@@ -13,7 +13,7 @@
 //! of the string index), so the 2^21 rows of a layer take 52 MiB.
 //!
 //! ```text
-//!  pool:   | chunk | chunk | ... |   CHUNK bytes: rows, then 4 bytes (link to the bucket's next chunk)
+//!  pool:   | chunk | chunk | ... |   chunk: rows, then 4 bytes (link to the bucket's next chunk)
 //!  row of layer r: | hash bits [r*c + B, n), big-endian, ceil(bits/8) bytes | tree, tb bytes LE |
 //!  tree:   layer 0: the low B + 6 bits of the string index (16 for (200,9), 24 for (144,5));
 //!          layer r >= 1: bucket of the pair at layer r-1 << P | pair(slot a, slot b),
@@ -40,11 +40,14 @@ use proofkit_core::memory::{prefetch_read, LargeBuffer, PagePolicy};
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Bytes per chunk: small, because every bucket of the layer being produced holds one
-/// partly filled chunk (1,024 buckets for (200,9): 0.5 MB on average); exactly 40 rows of
-/// (200,9)'s 26-byte layers 0 and 1 (the largest) and the 4 bytes of a chunk's link, so that
-/// those layers lose nothing to chunk ends (rows do not straddle chunks).
-const CHUNK: usize = 40 * 26 + 4;
+/// Rows of layer 0 (the longest) per chunk, with few buckets and with many. Chunks are small
+/// because every bucket of the two live layers holds one partly filled chunk: 40 rows of
+/// (200,9)'s 26-byte layers 0 and 1 make 1,044-byte chunks (1,024 buckets: about 1 MB partly
+/// filled), and those layers lose nothing to chunk ends (rows do not straddle chunks); with
+/// 2^16 buckets ((144,5)'s wide plan) 40 rows would leave about 64 MiB in partly filled
+/// chunks, 13 rows of 19 bytes about 16 MiB (at 2% more chunk ends and links).
+const CHUNK_ROWS: usize = 40;
+const CHUNK_ROWS_MANY_BUCKETS: usize = 13;
 /// Tree bytes buffered before a write.
 const FLUSH: usize = 64 << 10;
 
@@ -72,6 +75,8 @@ struct Geo {
     stride: Vec<usize>,
     /// Rows per chunk.
     rpc: Vec<usize>,
+    /// Bytes per chunk: rows, then the 4-byte link.
+    chunk: usize,
     /// Valid bits of the last hash word (the bytes after a row's hash hold its tree).
     mask: Vec<u32>,
     /// Bits of a tree's pair code (below the bucket bits): `32 - B` where the plan's pair
@@ -94,6 +99,7 @@ impl Geo {
             rpc: vec![],
             mask: vec![],
             pair_bits,
+            chunk: 0,
         };
         for r in 0..plan.k {
             let bits = (plan.n - r * plan.c - plan.bb) as usize;
@@ -113,14 +119,20 @@ impl Geo {
             g.tb.push(tb);
             g.ftb.push(ftb);
             g.stride.push(hb + tb);
-            // Writes of a row's last word or tree may run 4 bytes past it.
-            g.rpc.push((CHUNK - 4) / (hb + tb));
             g.mask.push(if bits.is_multiple_of(32) {
                 u32::MAX
             } else {
                 u32::MAX << (32 - bits % 32)
             });
         }
+        let rows = if plan.nb() > 4096 {
+            CHUNK_ROWS_MANY_BUCKETS
+        } else {
+            CHUNK_ROWS
+        };
+        g.chunk = 4 + rows * g.stride.iter().max().expect("k >= 1");
+        // Writes of a row's last word or tree may run 4 bytes past it.
+        g.rpc = g.stride.iter().map(|s| (g.chunk - 4) / s).collect();
         g
     }
 }
@@ -176,6 +188,8 @@ struct Alloc {
     free: u32,
     bump: u32,
     cap: u32,
+    /// Bytes per chunk.
+    chunk: usize,
 }
 
 impl Alloc {
@@ -183,7 +197,7 @@ impl Alloc {
     fn take(&mut self, mem: &[u8]) -> Option<u32> {
         if self.free != NO_CHUNK {
             let c = self.free;
-            self.free = read_u32(mem, c as usize * CHUNK);
+            self.free = read_u32(mem, c as usize * self.chunk);
             return Some(c);
         }
         if self.bump < self.cap {
@@ -195,7 +209,7 @@ impl Alloc {
 
     #[inline]
     fn give(&mut self, mem: &mut [u8], c: u32) {
-        write_u32(mem, c as usize * CHUNK, self.free);
+        write_u32(mem, c as usize * self.chunk, self.free);
         self.free = c;
     }
 }
@@ -240,15 +254,15 @@ impl Layer {
 
     /// Sets the row counts from the chunks once the layer is written; false when a bucket
     /// holds more rows than the `ids` slot ids that pair codes (and chain tables) can name.
-    fn count(&mut self, stride: usize, rpc: usize, ids: usize) -> bool {
+    fn count(&mut self, stride: usize, rpc: usize, ids: usize, chunk: usize) -> bool {
         let mut ok = true;
         for b in 0..self.head.len() {
             let n = match self.nchunks[b] as usize {
                 0 => 0,
                 k => {
                     // The last chunk holds at least one row, so `at - 1` lies inside it.
-                    let last = (self.at[b] as usize - 1) / CHUNK;
-                    (k - 1) * rpc + (self.at[b] as usize - last * CHUNK) / stride
+                    let last = (self.at[b] as usize - 1) / chunk;
+                    (k - 1) * rpc + (self.at[b] as usize - last * chunk) / stride
                 }
             };
             ok &= n <= ids;
@@ -273,11 +287,11 @@ impl Layer {
             if self.nchunks[b] == 0 {
                 self.head[b] = c;
             } else {
-                let last = (at as usize - 1) / CHUNK;
-                write_u32(mem, last * CHUNK + CHUNK - 4, c);
+                let last = (at as usize - 1) / alloc.chunk;
+                write_u32(mem, last * alloc.chunk + alloc.chunk - 4, c);
             }
             self.nchunks[b] += 1;
-            at = c * CHUNK as u32;
+            at = c * alloc.chunk as u32;
             self.end[b] = at + (rpc * stride) as u32;
         }
         self.at[b] = at + stride as u32;
@@ -289,7 +303,7 @@ impl Layer {
         let mut c = self.head[b];
         for i in 0..self.nchunks[b] {
             let next = if i + 1 < self.nchunks[b] {
-                read_u32(mem, c as usize * CHUNK + CHUNK - 4)
+                read_u32(mem, c as usize * alloc.chunk + alloc.chunk - 4)
             } else {
                 NO_CHUNK
             };
@@ -375,7 +389,7 @@ pub(crate) fn solve(
     let min_rpc = *geo.rpc.iter().min().expect("k >= 2");
     let cap = (rows as f64 * 2.6 / min_rpc as f64) as usize + 4 * plan.nb() + 16;
     // Reads of row words may look up to 4 bytes past a chunk.
-    let bytes = cap * CHUNK + 64;
+    let bytes = cap * geo.chunk + 64;
     if bytes > u32::MAX as usize {
         // Row offsets are u32; no plan comes near this (pair codes limit a layer's rows).
         return Ok(None);
@@ -414,6 +428,7 @@ fn run(
         free: NO_CHUNK,
         bump: 0,
         cap,
+        chunk: geo.chunk,
     };
     let mut trees = TreeOut {
         file: &mut space.file,
@@ -425,7 +440,7 @@ fn run(
     let mut next = Layer::new(nb);
     let mut scratch = Scratch::new(plan);
     if !layer0(gen, plan, geo, mem, &mut alloc, &mut cur, &mut scratch.base)
-        || !cur.count(geo.stride[0], geo.rpc[0], plan.ids())
+        || !cur.count(geo.stride[0], geo.rpc[0], plan.ids(), geo.chunk)
     {
         return Ok(None);
     }
@@ -451,7 +466,7 @@ fn run(
         )? {
             return Ok(None);
         }
-        if !next.count(geo.stride[r + 1], geo.rpc[r + 1], plan.ids()) {
+        if !next.count(geo.stride[r + 1], geo.rpc[r + 1], plan.ids(), geo.chunk) {
             return Ok(None);
         }
         std::mem::swap(&mut cur, &mut next);
@@ -667,24 +682,25 @@ fn for_rows(
     b: usize,
     stride: usize,
     rpc: usize,
+    chunk_bytes: usize,
     mut f: impl FnMut(usize, usize, &[u8]),
 ) {
     let count = lay.counts[b] as usize;
     let mut id = 0;
     let mut ch = lay.head[b] as usize;
     for i in 0..lay.nchunks[b] as usize {
-        let base = ch * CHUNK;
-        let chunk = &mem[base..base + CHUNK];
+        let base = ch * chunk_bytes;
+        let chunk = &mem[base..base + chunk_bytes];
         let next = if i + 1 < lay.nchunks[b] as usize {
-            read_u32(chunk, CHUNK - 4) as usize
+            read_u32(chunk, chunk_bytes - 4) as usize
         } else {
             usize::MAX
         };
         // The chunks of a bucket are scattered, so the hardware prefetchers lose the stream
         // at each chunk's end: ask for the next chunk's lines now.
         if next != usize::MAX {
-            for line in (0..CHUNK + 63).step_by(64) {
-                prefetch_address(mem, next * CHUNK + line);
+            for line in (0..chunk_bytes + 63).step_by(64) {
+                prefetch_address(mem, next * chunk_bytes + line);
             }
         }
         let here = (count - id).min(rpc);
@@ -829,7 +845,7 @@ fn merge<
         let mut index = base.get(b).copied().unwrap_or(0);
         {
             let mem: &[u8] = mem;
-            for_rows(mem, cur, b, si, rpci, |id, _, row| {
+            for_rows(mem, cur, b, si, rpci, geo.chunk, |id, _, row| {
                 if r == 0 {
                     let low = read_u32(row, hbi);
                     index = index.wrapping_add(low.wrapping_sub(index) & low_mask);
@@ -960,7 +976,7 @@ fn final_merge<const W: usize>(
         chains.clear(rb);
         trees.reserve(cur.counts[b] as usize * 8)?;
         items.clear();
-        for_rows(mem, cur, b, si, rpc, |_, at, _| {
+        for_rows(mem, cur, b, si, rpc, geo.chunk, |_, at, _| {
             trees.put(read_tree(mem, at + hb, tb) & byte_mask(tb), tb);
             items.push(at as u32);
             let f = filter(at);
@@ -1133,7 +1149,7 @@ mod tests {
         assert_eq!((g.tb[0], g.ftb[0], g.ftb[1]), (3, 4, 5));
         for r in 0..5 {
             assert!(g.hb[r] + 4 <= 4 * wide.hw[r] + 4 && 4 * wide.hw[r] <= g.stride[r]);
-            assert!(g.rpc[r] * g.stride[r] + 4 <= CHUNK);
+            assert!(g.rpc[r] * g.stride[r] + 4 <= g.chunk);
         }
         let p = crate::Params::new(200, 9).unwrap();
         assert_eq!(plan(p).unwrap().bb, Plan::new(p, 1).unwrap().bb);
@@ -1150,7 +1166,7 @@ mod tests {
         assert_eq!((g.tb[0], g.ftb[0]), (2, 3));
         for r in 0..9 {
             assert!(g.hb[r] + 4 <= 4 * plan.hw[r] + 4 && 4 * plan.hw[r] <= g.stride[r]);
-            assert!(g.rpc[r] * g.stride[r] + 4 <= CHUNK);
+            assert!(g.rpc[r] * g.stride[r] + 4 <= g.chunk);
         }
     }
 }
