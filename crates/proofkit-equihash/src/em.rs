@@ -33,7 +33,7 @@
 //! runs out of chunks, or two layer-0 rows of a bucket are 2^(B+6) or more indices apart.
 #![deny(unsafe_code)]
 
-use crate::fast::{pair_code, pair_decode, Chains, Plan, MAX_WORDS, NIL};
+use crate::fast::{pair_code, pair_decode, split_string, Chains, Plan, MAX_WORDS, NIL};
 use crate::hash::{HashGen, BLOCK_BYTES};
 use crate::spill::SpillFile;
 use proofkit_core::memory::{prefetch_read, LargeBuffer, PagePolicy};
@@ -599,27 +599,7 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
                     break;
                 }
                 let str_bytes = &padded[s * sl..s * sl + 48];
-                let mut q = [0u64; 7];
-                for (i, v) in q[..6].iter_mut().enumerate() {
-                    *v = u64::from_be_bytes(str_bytes[8 * i..8 * i + 8].try_into().expect("8"));
-                }
-                let b = if bb == 0 {
-                    0
-                } else {
-                    (q[0] >> (64 - bb)) as usize
-                };
-                for (w, d) in words[..hw].iter_mut().enumerate() {
-                    let bit = bb as usize + 32 * w;
-                    let (i, off) = (bit / 64, bit % 64);
-                    let v = if off == 0 {
-                        q[i]
-                    } else {
-                        (q[i] << off) | (q[i + 1] >> (64 - off))
-                    };
-                    *d = (v >> 32) as u32;
-                }
-                // Bits past n in the last word come from the next string or the padding.
-                words[hw - 1] &= mask;
+                let b = split_string(str_bytes, bb, hw, mask, &mut words);
                 if last[b] == u64::MAX {
                     base[b] = index as u32;
                 } else if !exact && index - last[b] >= reach {

@@ -41,6 +41,40 @@ pub(crate) const MAX_REST_BITS: u32 = 10;
 pub(crate) const MAX_WORDS: usize = 8;
 pub(crate) const NIL: u16 = u16::MAX;
 
+/// The bucket (leading `bb` bits) and the hash words after it (`hw` big-endian 32-bit words,
+/// the last ANDed with `last_mask`: bits past n come from the next string or the padding) of
+/// the string whose first 48 bytes are `str_bytes`. Shared by `full`'s and `em`'s layer 0.
+#[inline(always)]
+pub(crate) fn split_string(
+    str_bytes: &[u8],
+    bb: u32,
+    hw: usize,
+    last_mask: u32,
+    words: &mut [u32; MAX_WORDS],
+) -> usize {
+    let mut q = [0u64; 7];
+    for (i, v) in q[..6].iter_mut().enumerate() {
+        *v = u64::from_be_bytes(str_bytes[8 * i..8 * i + 8].try_into().expect("8"));
+    }
+    let b = if bb == 0 {
+        0
+    } else {
+        (q[0] >> (64 - bb)) as usize
+    };
+    for (w, d) in words[..hw].iter_mut().enumerate() {
+        let bit = bb as usize + 32 * w;
+        let (i, off) = (bit / 64, bit % 64);
+        let v = if off == 0 {
+            q[i]
+        } else {
+            (q[i] << off) | (q[i + 1] >> (64 - off))
+        };
+        *d = (v >> 32) as u32;
+    }
+    words[hw - 1] &= last_mask;
+    b
+}
+
 /// Geometry of one solve.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
@@ -541,27 +575,7 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
                     break;
                 }
                 let str_bytes = &padded[s * sl..s * sl + 48];
-                let mut q = [0u64; 7];
-                for (i, v) in q[..6].iter_mut().enumerate() {
-                    *v = u64::from_be_bytes(str_bytes[8 * i..8 * i + 8].try_into().expect("8"));
-                }
-                let b = if bb == 0 {
-                    0
-                } else {
-                    (q[0] >> (64 - bb)) as usize
-                };
-                for (w, d) in words[..hw].iter_mut().enumerate() {
-                    let bit = bb as usize + 32 * w;
-                    let (i, off) = (bit / 64, bit % 64);
-                    let v = if off == 0 {
-                        q[i]
-                    } else {
-                        (q[i] << off) | (q[i + 1] >> (64 - off))
-                    };
-                    *d = (v >> 32) as u32;
-                }
-                // Bits past n in the last word come from the next string or the padding.
-                words[hw - 1] &= last_mask;
+                let b = split_string(str_bytes, bb, hw, last_mask, &mut words);
                 match place(plan, t, counts, b) {
                     Ok(slot) => {
                         let at = (b * cap + slot) * sw;
