@@ -33,7 +33,7 @@
 //! runs out of chunks, or two layer-0 rows of a bucket are 2^(B+6) or more indices apart.
 #![deny(unsafe_code)]
 
-use crate::fast::{pair_code, pair_decode, split_string, Chains, Plan, MAX_WORDS, NIL};
+use crate::fast::{merge_rows, pair_code, pair_decode, split_string, Chains, Plan, MAX_WORDS, NIL};
 use crate::hash::{HashGen, BLOCK_BYTES};
 use crate::spill::SpillFile;
 use proofkit_core::memory::{prefetch_read, LargeBuffer, PagePolicy};
@@ -866,22 +866,11 @@ fn merge<
             let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
             let rowa: [u32; WI] = rows[qi * WI..qi * WI + WI].try_into().expect("WI");
             let rowb: [u32; WI] = rows[id * WI..id * WI + WI].try_into().expect("WI");
-            let mut x = [0u32; WI];
-            for w in 0..WI {
-                x[w] = rowa[w] ^ rowb[w];
-            }
-            let xw = |w: usize| if w < WI { x[w] } else { 0 };
-            // Identical rows (the same strings in another order) are dropped.
-            if x[WI - 1] == 0
-                && (x[0] << rb) | x[..WI - 1].iter().skip(1).fold(0, |a, &w| a | w) == 0
-            {
+            let Some((x, ob)) = merge_rows(&rowa, &rowb, rb, bb, ob_shift) else {
                 continue;
-            }
-            let ob = if bb == 0 {
-                0
-            } else {
-                (((x[0] << rb) | (xw(1) >> (32 - rb))) >> ob_shift) as usize
             };
+            // Word w of the XOR, zero past the row.
+            let xw = |w: usize| if w < WI { x[w] } else { 0 };
             let tree = bucket_tag | pair_code(qi, id) as u64;
             let Some(oat) = next.place(alloc, mem, ob, so, rpco) else {
                 return Ok(false);

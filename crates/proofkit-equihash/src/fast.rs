@@ -41,6 +41,35 @@ pub(crate) const MAX_REST_BITS: u32 = 10;
 pub(crate) const MAX_WORDS: usize = 8;
 pub(crate) const NIL: u16 = u16::MAX;
 
+/// The XOR of two rows that collide on the current digit and the bucket of the result (its
+/// next `bb` bits after the `rb` rest bits, shifted down by `ob_shift`), or `None` for
+/// identical rows (the same strings in another order: dropped, as in Tromp's solvers; the
+/// last word almost always differs otherwise). Shared by `full`'s and `em`'s merge loops.
+#[inline(always)]
+pub(crate) fn merge_rows<const WI: usize>(
+    rowa: &[u32; WI],
+    rowb: &[u32; WI],
+    rb: u32,
+    bb: u32,
+    ob_shift: u32,
+) -> Option<([u32; WI], usize)> {
+    let mut x = [0u32; WI];
+    for w in 0..WI {
+        x[w] = rowa[w] ^ rowb[w];
+    }
+    if x[WI - 1] == 0 && (x[0] << rb) | x[..WI - 1].iter().skip(1).fold(0, |a, &w| a | w) == 0 {
+        return None;
+    }
+    // Word w of the XOR, zero past the row.
+    let xw = |w: usize| if w < WI { x[w] } else { 0 };
+    let ob = if bb == 0 {
+        0
+    } else {
+        (((x[0] << rb) | (xw(1) >> (32 - rb))) >> ob_shift) as usize
+    };
+    Some((x, ob))
+}
+
 /// The bucket (leading `bb` bits) and the hash words after it (`hw` big-endian 32-bit words,
 /// the last ANDed with `last_mask`: bits past n come from the next string or the padding) of
 /// the string whose first 48 bytes are `str_bytes`. Shared by `full`'s and `em`'s layer 0.
@@ -920,24 +949,11 @@ fn merge<
             let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
             let rowa = row(&ovf_rows, chains.at(qi));
             let rowb = row(&ovf_rows, chains.at(id));
-            let mut x = [0u32; WI];
-            for w in 0..WI {
-                x[w] = rowa[w] ^ rowb[w];
-            }
+            let Some((x, ob)) = merge_rows(&rowa, &rowb, rb, bb, ob_shift) else {
+                continue;
+            };
             // Word w of the XOR, zero past the row.
             let xw = |w: usize| if w < WI { x[w] } else { 0 };
-            // Identical rows (the same strings in another order) are dropped, as in
-            // Tromp's solvers; the last word almost always differs otherwise.
-            if x[WI - 1] == 0
-                && (x[0] << rb) | x[..WI - 1].iter().skip(1).fold(0, |a, &w| a | w) == 0
-            {
-                continue;
-            }
-            let ob = if bb == 0 {
-                0
-            } else {
-                (((x[0] << rb) | (xw(1) >> (32 - rb))) >> ob_shift) as usize
-            };
             // Ids come in increasing order, so qi < id.
             let tree = bucket_tag | pair_code(qi, id);
             let slot = counts[ob];
