@@ -33,8 +33,10 @@
 //! runs out of chunks, or two layer-0 rows of a bucket are 2^(B+6) or more indices apart.
 #![deny(unsafe_code)]
 
-use crate::fast::{merge_rows, pair_code, pair_decode, split_string, Chains, Plan, MAX_WORDS, NIL};
-use crate::hash::{HashGen, BLOCK_BYTES};
+use crate::fast::{
+    for_each_string, merge_rows, pair_code, pair_decode, Chains, Plan, MAX_WORDS, NIL,
+};
+use crate::hash::HashGen;
 use crate::spill::SpillFile;
 use proofkit_core::memory::{prefetch_read, LargeBuffer, PagePolicy};
 use std::io;
@@ -563,8 +565,6 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     base: &mut [u32],
 ) -> bool {
     let p = gen.params();
-    let per = p.indices_per_hash() as usize;
-    let sl = p.string_len();
     let (bb, hw) = if SPEC {
         (BB, HW)
     } else {
@@ -581,48 +581,34 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     };
     let exact = 8 * tb as u32 >= p.index_bits();
     let mut last = vec![u64::MAX; plan.nb()];
-    const BATCH: usize = 64;
-    let mut buf = vec![[0u8; BLOCK_BYTES]; BATCH];
-    let mut padded = [0u8; BLOCK_BYTES + 48];
-    let blocks = gen.num_blocks() as usize;
-    let total = p.num_indices();
-    let mut words = [0u32; MAX_WORDS];
-    let mut g = 0;
-    while g < blocks {
-        let m = (blocks - g).min(BATCH);
-        gen.blocks(g as u32, &mut buf[..m]);
-        for (j, blk) in buf[..m].iter().enumerate() {
-            padded[..BLOCK_BYTES].copy_from_slice(blk);
-            for s in 0..per {
-                let index = ((g + j) * per + s) as u64;
-                if index >= total {
-                    break;
-                }
-                let str_bytes = &padded[s * sl..s * sl + 48];
-                let b = split_string(str_bytes, bb, hw, mask, &mut words);
-                if last[b] == u64::MAX {
-                    base[b] = index as u32;
-                } else if !exact && index - last[b] >= reach {
-                    return false;
-                }
-                last[b] = index;
-                let Some(at) = lay.place(alloc, mem, b, stride, rpc) else {
-                    return false;
-                };
-                // The row's last word and its index may run past it (by less than 4 bytes,
-                // see `Geo`): rows are written in slot order, so only the next row's
-                // bytes, not yet written, are overwritten.
-                let dst = &mut mem[at..at + 4 * hw.max(1) + 4];
-                for w in 0..hw {
-                    dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
-                }
-                dst[hb..hb + 4].copy_from_slice(&(index as u32).to_le_bytes());
-                prefetch_after(mem, at);
+    for_each_string(
+        gen,
+        0..gen.num_blocks() as usize,
+        bb,
+        hw,
+        mask,
+        |index, b, words| {
+            if last[b] == u64::MAX {
+                base[b] = index as u32;
+            } else if !exact && index - last[b] >= reach {
+                return false;
             }
-        }
-        g += m;
-    }
-    true
+            last[b] = index;
+            let Some(at) = lay.place(alloc, mem, b, stride, rpc) else {
+                return false;
+            };
+            // The row's last word and its index may run past it (by less than 4 bytes, see
+            // `Geo`): rows are written in slot order, so only the next row's bytes, not yet
+            // written, are overwritten.
+            let dst = &mut mem[at..at + 4 * hw.max(1) + 4];
+            for w in 0..hw {
+                dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
+            }
+            dst[hb..hb + 4].copy_from_slice(&(index as u32).to_le_bytes());
+            prefetch_after(mem, at);
+            true
+        },
+    )
 }
 
 /// As [`crate::fast`]'s `prefetch_next_rows`: the cache line after a row just written to a

@@ -70,6 +70,48 @@ pub(crate) fn merge_rows<const WI: usize>(
     Some((x, ob))
 }
 
+/// Generates the strings of hash blocks `blocks` in index order and calls `f(index, bucket,
+/// words)` for each ([`split_string`]'s bucket and words); stops when `f` returns false and
+/// returns whether it never did. Shared by `full`'s and `em`'s layer 0.
+#[inline(always)]
+pub(crate) fn for_each_string(
+    gen: &HashGen,
+    blocks: std::ops::Range<usize>,
+    bb: u32,
+    hw: usize,
+    last_mask: u32,
+    mut f: impl FnMut(u64, usize, &[u32; MAX_WORDS]) -> bool,
+) -> bool {
+    const BATCH: usize = 64;
+    let p = gen.params();
+    let per = p.indices_per_hash() as usize;
+    let sl = p.string_len();
+    let total = p.num_indices();
+    let mut buf = vec![[0u8; BLOCK_BYTES]; BATCH];
+    let mut padded = [0u8; BLOCK_BYTES + 48];
+    let mut words = [0u32; MAX_WORDS];
+    let mut g = blocks.start;
+    while g < blocks.end {
+        let m = (blocks.end - g).min(BATCH);
+        gen.blocks(g as u32, &mut buf[..m]);
+        for (j, blk) in buf[..m].iter().enumerate() {
+            padded[..BLOCK_BYTES].copy_from_slice(blk);
+            for s in 0..per {
+                let index = ((g + j) * per + s) as u64;
+                if index >= total {
+                    break;
+                }
+                let b = split_string(&padded[s * sl..s * sl + 48], bb, hw, last_mask, &mut words);
+                if !f(index, b, &words) {
+                    return false;
+                }
+            }
+        }
+        g += m;
+    }
+    true
+}
+
 /// The bucket (leading `bb` bits) and the hash words after it (`hw` big-endian 32-bit words,
 /// the last ANDed with `last_mask`: bits past n come from the next string or the padding) of
 /// the string whose first 48 bytes are `str_bytes`. Shared by `full`'s and `em`'s layer 0.
@@ -512,7 +554,6 @@ fn per_thread<F>(
 
 /// Layer 0: every string, bucketed by its first B bits; the tree word is the index.
 fn layer0(gen: &HashGen, plan: &Plan, h: &mut Heaps) -> bool {
-    let p = gen.params();
     let blocks = gen.num_blocks() as usize;
     let th = plan.threads;
     let region_words = plan.nb() * plan.cap * plan.sw[0];
@@ -532,7 +573,7 @@ fn layer0(gen: &HashGen, plan: &Plan, h: &mut Heaps) -> bool {
                 (10, 6) => fill_layer0::<10, 6, true>,
                 _ => fill_layer0::<0, 0, false>,
             };
-            if !fill(gen, plan, p, t, range, region, counts, ovf) {
+            if !fill(gen, plan, t, range, region, counts, ovf) {
                 ok.store(false, Ordering::Relaxed);
             }
             ovf.sort(plan.nb());
@@ -563,15 +604,12 @@ fn place(plan: &Plan, t: usize, counts: &mut [u32], b: usize) -> Result<usize, O
 fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     gen: &HashGen,
     plan: &Plan,
-    p: crate::Params,
     t: usize,
     blocks: std::ops::Range<usize>,
     region: &mut [u32],
     counts: &mut [u32],
     ovf: &mut Overflow,
 ) -> bool {
-    let per = p.indices_per_hash() as usize;
-    let sl = p.string_len();
     let sw = plan.sw[0];
     let (bb, hw) = if SPEC {
         (BB, HW)
@@ -586,40 +624,21 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     } else {
         u32::MAX << (32 - row_bits % 32)
     };
-    const BATCH: usize = 64;
-    let mut buf = vec![[0u8; BLOCK_BYTES]; BATCH];
-    let mut padded = [0u8; BLOCK_BYTES + 48];
     let mut ok = true;
-    let mut g = blocks.start;
-    let total = p.num_indices();
-    let mut words = [0u32; MAX_WORDS];
-    while g < blocks.end {
-        let m = (blocks.end - g).min(BATCH);
-        gen.blocks(g as u32, &mut buf[..m]);
-        for (j, blk) in buf[..m].iter().enumerate() {
-            padded[..BLOCK_BYTES].copy_from_slice(blk);
-            for s in 0..per {
-                let index = ((g + j) * per + s) as u64;
-                if index >= total {
-                    break;
-                }
-                let str_bytes = &padded[s * sl..s * sl + 48];
-                let b = split_string(str_bytes, bb, hw, last_mask, &mut words);
-                match place(plan, t, counts, b) {
-                    Ok(slot) => {
-                        let at = (b * cap + slot) * sw;
-                        let dst = &mut region[at..at + sw];
-                        dst[..hw].copy_from_slice(&words[..hw]);
-                        dst[tw] = index as u32;
-                        prefetch_next_rows(region, at);
-                    }
-                    Err(Some(id)) => ovf.push(b, id, index as u32, &words[..hw]),
-                    Err(None) => ok = false,
-                }
+    for_each_string(gen, blocks, bb, hw, last_mask, |index, b, words| {
+        match place(plan, t, counts, b) {
+            Ok(slot) => {
+                let at = (b * cap + slot) * sw;
+                let dst = &mut region[at..at + sw];
+                dst[..hw].copy_from_slice(&words[..hw]);
+                dst[tw] = index as u32;
+                prefetch_next_rows(region, at);
             }
+            Err(Some(id)) => ovf.push(b, id, index as u32, &words[..hw]),
+            Err(None) => ok = false,
         }
-        g += m;
-    }
+        true
+    });
     ok
 }
 
