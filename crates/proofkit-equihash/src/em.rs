@@ -34,7 +34,8 @@
 #![deny(unsafe_code)]
 
 use crate::fast::{
-    for_each_string, merge_rows, pair_code, pair_decode, Chains, Plan, MAX_WORDS, NIL,
+    for_each_string, list_partners, merge_rows, pair_code, pair_decode, Chains, Plan, MAX_WORDS,
+    NIL,
 };
 use crate::hash::HashGen;
 use crate::spill::SpillFile;
@@ -822,27 +823,9 @@ fn merge<
                 let mut x = load::<WI>(row, 0);
                 x[WI - 1] &= mask;
                 rows[id * WI..id * WI + WI].copy_from_slice(&x);
-                let newer = id as u32;
                 let key = (x[0] >> (32 - rb)) as usize;
                 let q0 = chains.push_id(key, id as u16);
-                let q1 = chains.older(q0);
-                let q2 = chains.older(q1);
-                pairs[np] = (q0 as u32) << 16 | newer;
-                np += (q0 != NIL) as usize;
-                pairs[np] = (q1 as u32) << 16 | newer;
-                np += (q1 != NIL) as usize;
-                pairs[np] = (q2 as u32) << 16 | newer;
-                np += (q2 != NIL) as usize;
-                let mut q = chains.older(q2);
-                while q != NIL {
-                    // Past the three per row reserved: `np` can then exceed `3 * id + 3`.
-                    if np + 3 * (count - id) >= pairs.len() {
-                        pairs.resize(2 * pairs.len() + 3, 0);
-                    }
-                    pairs[np] = (q as u32) << 16 | newer;
-                    np += 1;
-                    q = chains.older(q);
-                }
+                list_partners(chains, q0, id as u32, pairs, &mut np);
             });
         }
         // The bucket is copied: its chunks (still in cache) take the next layer's rows.

@@ -41,6 +41,40 @@ pub(crate) const MAX_REST_BITS: u32 = 10;
 pub(crate) const MAX_WORDS: usize = 8;
 pub(crate) const NIL: u16 = u16::MAX;
 
+/// Lists the pairs `(older id << 16) | newer` of a row just pushed to its chain (`q0`: the
+/// chain's previous row, `NIL` if none) into `pairs` from `np`: the first three partners
+/// without branches (about one partner per row, so most rows need no loop), the rest in a
+/// loop; `pairs` grows when needed. Shared by `full`'s and `em`'s pairing phase.
+#[inline(always)]
+pub(crate) fn list_partners(
+    chains: &Chains,
+    q0: u16,
+    newer: u32,
+    pairs: &mut Vec<u32>,
+    np: &mut usize,
+) {
+    if *np + 3 > pairs.len() {
+        pairs.resize(2 * pairs.len() + 3, 0);
+    }
+    let q1 = chains.older(q0);
+    let q2 = chains.older(q1);
+    pairs[*np] = (q0 as u32) << 16 | newer;
+    *np += (q0 != NIL) as usize;
+    pairs[*np] = (q1 as u32) << 16 | newer;
+    *np += (q1 != NIL) as usize;
+    pairs[*np] = (q2 as u32) << 16 | newer;
+    *np += (q2 != NIL) as usize;
+    let mut q = chains.older(q2);
+    while q != NIL {
+        if *np == pairs.len() {
+            pairs.resize(2 * pairs.len(), 0);
+        }
+        pairs[*np] = (q as u32) << 16 | newer;
+        *np += 1;
+        q = chains.older(q);
+    }
+}
+
 /// The XOR of two rows that collide on the current digit and the bucket of the result (its
 /// next `bb` bits after the `rb` rest bits, shifted down by `ob_shift`), or `None` for
 /// identical rows (the same strings in another order: dropped, as in Tromp's solvers; the
@@ -928,29 +962,9 @@ fn merge<
         macro_rules! chain {
             ($id:expr, $at:expr) => {{
                 let (id, at): (usize, u32) = ($id, $at);
-                if np + 3 > pairs.len() {
-                    pairs.resize(2 * pairs.len() + 3, 0);
-                }
-                let newer = id as u32;
                 let key = (row(&ovf_rows, at)[0] >> (32 - rb)) as usize;
                 let q0 = chains.push(key, id as u16, at);
-                let q1 = chains.older(q0);
-                let q2 = chains.older(q1);
-                pairs[np] = (q0 as u32) << 16 | newer;
-                np += (q0 != NIL) as usize;
-                pairs[np] = (q1 as u32) << 16 | newer;
-                np += (q1 != NIL) as usize;
-                pairs[np] = (q2 as u32) << 16 | newer;
-                np += (q2 != NIL) as usize;
-                let mut q = chains.older(q2);
-                while q != NIL {
-                    if np == pairs.len() {
-                        pairs.resize(2 * pairs.len(), 0);
-                    }
-                    pairs[np] = (q as u32) << 16 | newer;
-                    np += 1;
-                    q = chains.older(q);
-                }
+                list_partners(&chains, q0, id as u32, &mut pairs, &mut np);
             }};
         }
         for tt in 0..plan.threads {
