@@ -717,11 +717,7 @@ impl<'a> Solver<'a> {
             if let Some(plan) = crate::fast::Plan::new(self.gen.params(), self.cfg.threads) {
                 match crate::fast::solve(self.gen, &plan, &mut ws.heaps) {
                     Some(found) => {
-                        stats.fast_path = true;
-                        stats.layer_rows = found.rows;
-                        stats.candidates = found.cands.len() + found.repeated;
-                        stats.duplicate_rejected = found.repeated;
-                        let sols = finish(found.cands, &mut stats);
+                        let sols = finish_found(found, &mut stats);
                         return Ok((sols, stats));
                     }
                     None => stats.fast_overflow = true,
@@ -734,11 +730,7 @@ impl<'a> Solver<'a> {
                 let dir = self.cfg.spill_dir.as_deref();
                 match crate::em::solve(self.gen, &plan, dir, &mut ws.em)? {
                     Some(found) => {
-                        stats.fast_path = true;
-                        stats.layer_rows = found.rows;
-                        stats.candidates = found.cands.len() + found.repeated;
-                        stats.duplicate_rejected = found.repeated;
-                        let sols = finish(found.cands, &mut stats);
+                        let sols = finish_found(found, &mut stats);
                         return Ok((sols, stats));
                     }
                     None => stats.fast_overflow = true,
@@ -829,6 +821,15 @@ impl<'a> Solver<'a> {
         let sols = finish(cands, &mut stats);
         Ok((sols, stats))
     }
+}
+
+/// The solutions of a fast-path (`full` or `em`) solve, with its counts in `stats`.
+fn finish_found(found: crate::fast::Found, stats: &mut SolveStats) -> Vec<Vec<u32>> {
+    stats.fast_path = true;
+    stats.layer_rows = found.rows;
+    stats.candidates = found.cands.len() + found.repeated;
+    stats.duplicate_rejected = found.repeated;
+    finish(found.cands, stats)
 }
 
 /// Candidates (index lists in tree order) to solutions: canonical order, distinct indices,
