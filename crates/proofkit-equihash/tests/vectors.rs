@@ -79,44 +79,20 @@ fn solver_vectors(n: u64) {
             .map(common::indices)
             .collect();
         want.sort();
+        let config = |mode, threads| SolverConfig {
+            mode,
+            threads,
+            spill_dir: None,
+        };
         let configs: Vec<SolverConfig> = if p.n() == 144 {
-            vec![
-                SolverConfig {
-                    mode: Mode::Full,
-                    threads: 2,
-                    spill_dir: None,
-                },
-                SolverConfig {
-                    mode: Mode::Em,
-                    threads: 1,
-                    spill_dir: None,
-                },
-            ]
+            vec![config(Mode::Full, 2), config(Mode::Em, 1)]
         } else {
             let mut c = vec![
-                SolverConfig {
-                    mode: Mode::Full,
-                    threads: 1,
-                    spill_dir: None,
-                },
-                SolverConfig {
-                    mode: Mode::Full,
-                    threads: 2,
-                    spill_dir: None,
-                },
-                SolverConfig {
-                    mode: Mode::Em,
-                    threads: 2,
-                    spill_dir: None,
-                },
+                config(Mode::Full, 1),
+                config(Mode::Full, 2),
+                config(Mode::Em, 2),
             ];
-            for h in 1..p.k() {
-                c.push(SolverConfig {
-                    mode: Mode::Pr { height: h },
-                    threads: 2,
-                    spill_dir: None,
-                });
-            }
+            c.extend((1..p.k()).map(|h| config(Mode::Pr { height: h }, 2)));
             c
         };
         for cfg in configs {
