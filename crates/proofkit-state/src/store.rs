@@ -1728,32 +1728,27 @@ mod tests {
         let mut w = s.write().unwrap();
         assert_eq!(w.meta().generation, ws.meta().generation);
         let start = w.space_used();
-        for round in 3..20u8 {
-            w.apply(
-                (0..3000)
-                    .map(|i| Op::Put(key(i), vec![round; 40]))
-                    .collect(),
-            )
-            .unwrap();
-            w.commit(round as u64, [round; 32], CommitLevel::None)
+        // Rewrites every key in each of `rounds`, one commit each.
+        let rewrite_all = |w: &mut Store, rounds: std::ops::Range<u8>| {
+            for round in rounds {
+                w.apply(
+                    (0..3000)
+                        .map(|i| Op::Put(key(i), vec![round; 40]))
+                        .collect(),
+                )
                 .unwrap();
-        }
+                w.commit(round as u64, [round; 32], CommitLevel::None)
+                    .unwrap();
+            }
+        };
+        rewrite_all(&mut w, 3..20);
         let held = w.space_used();
         for i in 0..3000 {
             assert_eq!(ws.get(&key(i)).unwrap(), expect(i));
         }
         drop(ws);
-        for round in 20..60u8 {
-            w.apply(
-                (0..3000)
-                    .map(|i| Op::Put(key(i), vec![round; 40]))
-                    .collect(),
-            )
-            .unwrap();
-            // Nothing but the store reads: each commit's freed pages serve the next batch.
-            w.commit(round as u64, [round; 32], CommitLevel::None)
-                .unwrap();
-        }
+        // Nothing but the store reads: each commit's freed pages serve the next batch.
+        rewrite_all(&mut w, 20..60);
         let (grew_held, grew_after) = (held - start, w.space_used() - held);
         assert!(
             grew_after * 4 < grew_held.max(1),
