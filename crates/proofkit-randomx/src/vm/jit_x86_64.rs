@@ -126,18 +126,23 @@ pub enum JitMode {
 pub use super::JitRounding as Rounding;
 
 impl Rounding {
-    /// The strategy `self` stands for on this CPU (never `Auto`).
+    /// The strategy `self` stands for on this CPU (never `Auto`). Called for every program
+    /// compiled: `Auto`'s choice (an environment lookup and, in a VM, a trapping CPUID) is made
+    /// once per process.
     pub fn resolve(self) -> Rounding {
+        static AUTO: std::sync::OnceLock<Rounding> = std::sync::OnceLock::new();
         let avx512 = proofkit_core::cpu::features().avx512f;
         match self {
             Rounding::Embedded if avx512 => Rounding::Embedded,
             Rounding::Embedded | Rounding::Mxcsr => Rounding::Mxcsr,
-            Rounding::Auto => match std::env::var("PROOFKIT_JIT_ROUNDING").as_deref() {
-                Ok("mxcsr") => Rounding::Mxcsr,
-                Ok("embedded") => Rounding::Embedded.resolve(),
-                _ if avx512 && cpu_is_amd() => Rounding::Embedded,
-                _ => Rounding::Mxcsr,
-            },
+            Rounding::Auto => {
+                *AUTO.get_or_init(|| match std::env::var("PROOFKIT_JIT_ROUNDING").as_deref() {
+                    Ok("mxcsr") => Rounding::Mxcsr,
+                    Ok("embedded") => Rounding::Embedded.resolve(),
+                    _ if avx512 && cpu_is_amd() => Rounding::Embedded,
+                    _ => Rounding::Mxcsr,
+                })
+            }
         }
     }
 }
