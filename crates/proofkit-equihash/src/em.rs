@@ -27,10 +27,23 @@
 //! layer is consumed (in bucket order, so sequentially; a mapped file would count in the
 //! resident set), and read back only for the candidates' trees at the end. Slot `s` of bucket
 //! `b` at layer `r` is entry `(rows of buckets < b) + s` of layer `r`'s part of the file.
+//! The `full` mode runs the same solver with the trees in memory ([`Store::Memory`]: the
+//! file's bytes in one buffer) where [`crate::fast`] has no plan ((144,5), (192,7)).
 //!
-//! This path runs on one thread; like [`crate::fast`] it returns `None` (the caller then runs
-//! the general solver) when a bucket outgrows the slot ids a pair code can name, the pool
-//! runs out of chunks, or two layer-0 rows of a bucket are 2^(B+6) or more indices apart.
+//! Threads: each layer's buckets are split between the threads (equal rows), and each thread
+//! writes the rows it makes into its own chunk lists (one list per bucket per thread, a
+//! bucket's rows being the lists in thread order), takes chunks from its own free list (and
+//! a shared bump counter) and writes its buckets' trees to its own part of the layer's file
+//! region (known once the layer's rows are counted). The pool is shared through
+//! [`crate::pool`]'s views (this solver's only unsafe code), under the ownership rules given there.
+//!
+//! The `pr` mode on (144,5) and (192,7) keeps only the trees of the layers from its height
+//! on; tracing back rebuilds the others for the candidates by re-running the layers below
+//! each ([`Pass::Pick`]).
+//!
+//! Like [`crate::fast`] this path returns `None` (the caller then runs the general solver)
+//! when a bucket outgrows the slot ids a pair code can name, the pool runs out of chunks, or
+//! two layer-0 rows of a bucket list are 2^(B+6) or more indices apart.
 #![deny(unsafe_code)]
 
 use crate::fast::{
@@ -38,10 +51,13 @@ use crate::fast::{
     NIL,
 };
 use crate::hash::HashGen;
+use crate::pool::{Pool, PoolRef};
 use crate::spill::SpillFile;
-use proofkit_core::memory::{prefetch_read, LargeBuffer, PagePolicy};
+use proofkit_core::memory::{LargeBuffer, PagePolicy};
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Rows of layer 0 (the longest) per chunk, with few buckets and with many. Chunks are small
 /// because every bucket of the two live layers holds one partly filled chunk: 40 rows of
@@ -54,11 +70,93 @@ const CHUNK_ROWS_MANY_BUCKETS: usize = 13;
 /// Tree bytes buffered before a write.
 const FLUSH: usize = 64 << 10;
 
-/// Memory and file kept between solves.
+/// Where the trees go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Store<'a> {
+    /// A temporary file in this directory (the system's temp dir for `None`): the `em` mode.
+    File(Option<&'a Path>),
+    /// A buffer in memory, laid out as the file: the `full` mode.
+    Memory,
+}
+
+/// The trees of a solve, as [`Store`] says.
+enum Trees {
+    File {
+        file: SpillFile,
+        dir: Option<PathBuf>,
+    },
+    /// Sized for the most trees the pool's rows can have (untouched pages cost nothing;
+    /// transparent huge pages: far fewer faults than 4 KiB pages).
+    Memory(LargeBuffer),
+}
+
+impl Trees {
+    fn new(store: Store, bytes: usize) -> io::Result<Self> {
+        Ok(match store {
+            Store::File(dir) => Trees::File {
+                file: SpillFile::create(dir)?,
+                dir: dir.map(Path::to_path_buf),
+            },
+            Store::Memory => Trees::Memory(
+                LargeBuffer::new(bytes.max(1), PagePolicy::Transparent)
+                    .map_err(|e| io::Error::other(e.to_string()))?,
+            ),
+        })
+    }
+
+    /// Whether these trees are kept as `store` says (in memory: in room for `bytes`).
+    fn fits(&self, store: Store, bytes: usize) -> bool {
+        match (self, store) {
+            (Trees::File { dir, .. }, Store::File(want)) => dir.as_deref() == want,
+            (Trees::Memory(buf), Store::Memory) => buf.len() >= bytes,
+            _ => false,
+        }
+    }
+
+    /// Writers for the parts `cuts[t]..cuts[t + 1]` of the bytes from `start` on.
+    fn sinks(&mut self, start: u64, cuts: &[u64]) -> io::Result<Vec<Sink<'_>>> {
+        Ok(match self {
+            Trees::File { file, .. } => {
+                let file = &*file;
+                cuts[..cuts.len() - 1]
+                    .iter()
+                    .map(|&c| Sink::File {
+                        file,
+                        at: start + c,
+                    })
+                    .collect()
+            }
+            Trees::Memory(buf) => {
+                let end = (start + cuts[cuts.len() - 1]) as usize;
+                let all = buf.as_mut_slice();
+                if all.len() < end {
+                    // Not expected: the buffer holds the trees of every row the pool can hold.
+                    return Err(io::Error::other("trees past their buffer"));
+                }
+                let mut rest = &mut all[start as usize..end];
+                let mut out = Vec::with_capacity(cuts.len() - 1);
+                for w in cuts.windows(2) {
+                    let (part, tail) = rest.split_at_mut((w[1] - w[0]) as usize);
+                    out.push(Sink::Mem { mem: part, at: 0 });
+                    rest = tail;
+                }
+                out
+            }
+        })
+    }
+
+    fn source(&self) -> Source<'_> {
+        match self {
+            Trees::File { file, .. } => Source::File(file),
+            Trees::Memory(buf) => Source::Mem(buf.as_slice()),
+        }
+    }
+}
+
+/// Memory (and file) kept between solves.
 pub(crate) struct EmSpace {
     pool: LargeBuffer,
-    file: SpillFile,
-    dir: Option<PathBuf>,
+    trees: Trees,
 }
 
 /// Row geometry of each layer.
@@ -184,40 +282,54 @@ fn byte_mask(bytes: usize) -> u64 {
     }
 }
 
-/// The chunk allocator: a LIFO free list over a bump pointer. The list is kept in the free
-/// chunks themselves (the next free chunk in a chunk's first 4 bytes), so that it costs no
-/// memory beyond the pool.
-struct Alloc {
+/// One thread's chunk allocator: a LIFO free list over fresh chunks, taken from a bump
+/// counter shared by the threads `BUMP_BATCH` at a time (a fresh chunk every few rows of
+/// layer 0 would bounce the counter's cache line between the threads). The list is kept in
+/// the free chunks themselves (the next free chunk in a chunk's first 4 bytes), so that it
+/// costs no memory beyond the pool.
+struct Alloc<'b> {
     free: u32,
-    bump: u32,
+    /// This thread's fresh chunks `fresh.0..fresh.1`.
+    fresh: (u32, u32),
+    bump: &'b AtomicU32,
     cap: u32,
     /// Bytes per chunk.
     chunk: usize,
 }
 
-impl Alloc {
+/// Fresh chunks a thread takes at once: at most this many per thread are left untouched
+/// when the pool runs out (the pool has a margin of many times that).
+const BUMP_BATCH: u32 = 32;
+
+impl Alloc<'_> {
     #[inline]
-    fn take(&mut self, mem: &[u8]) -> Option<u32> {
+    fn take(&mut self, mem: &PoolRef) -> Option<u32> {
         if self.free != NO_CHUNK {
             let c = self.free;
-            self.free = read_u32(mem, c as usize * self.chunk);
+            self.free = read_u32(mem.bytes(c as usize * self.chunk, 4), 0);
             return Some(c);
         }
-        if self.bump < self.cap {
-            self.bump += 1;
-            return Some(self.bump - 1);
+        if self.fresh.0 == self.fresh.1 {
+            // Each id once (the counter only grows), so fresh chunks are this thread's.
+            let c = self.bump.fetch_add(BUMP_BATCH, Ordering::Relaxed);
+            if c >= self.cap {
+                return None;
+            }
+            self.fresh = (c, c.saturating_add(BUMP_BATCH).min(self.cap));
         }
-        None
+        self.fresh.0 += 1;
+        Some(self.fresh.0 - 1)
     }
 
     #[inline]
-    fn give(&mut self, mem: &mut [u8], c: u32) {
-        write_u32(mem, c as usize * self.chunk, self.free);
+    fn give(&mut self, mem: &mut PoolRef, c: u32) {
+        write_u32(mem.bytes_mut(c as usize * self.chunk, 4), 0, self.free);
         self.free = c;
     }
 }
 
-/// One layer's buckets. A bucket's chunks form a list linked through their last 4 bytes
+/// One thread's lists of a layer's buckets (the bucket's rows are the lists of the threads
+/// in thread order). A bucket's chunks form a list linked through their last 4 bytes
 /// (written when the next chunk is taken, after the chunk's last row), so that the lists
 /// cost no memory beyond the pool (per-bucket vectors of chunk ids were ~0.6 MB of heap).
 struct Layer {
@@ -230,6 +342,8 @@ struct Layer {
     /// (equal when a new chunk is needed).
     at: Vec<u32>,
     end: Vec<u32>,
+    /// Layer 0: the first string index of each list.
+    base: Vec<u32>,
 }
 
 impl Layer {
@@ -240,6 +354,7 @@ impl Layer {
             counts: vec![0; nb],
             at: vec![0; nb],
             end: vec![0; nb],
+            base: vec![0; nb],
         }
     }
 
@@ -251,14 +366,8 @@ impl Layer {
         self.end.fill(0);
     }
 
-    fn rows(&self) -> usize {
-        self.counts.iter().map(|&c| c as usize).sum()
-    }
-
-    /// Sets the row counts from the chunks once the layer is written; false when a bucket
-    /// holds more rows than the `ids` slot ids that pair codes (and chain tables) can name.
-    fn count(&mut self, stride: usize, rpc: usize, ids: usize, chunk: usize) -> bool {
-        let mut ok = true;
+    /// Sets the row counts from the chunks once the lists are written.
+    fn count(&mut self, stride: usize, rpc: usize, chunk: usize) {
         for b in 0..self.head.len() {
             let n = match self.nchunks[b] as usize {
                 0 => 0,
@@ -268,10 +377,8 @@ impl Layer {
                     (k - 1) * rpc + (self.at[b] as usize - last * chunk) / stride
                 }
             };
-            ok &= n <= ids;
             self.counts[b] = n as u32;
         }
-        ok
     }
 
     /// The byte offset of a new row of bucket `b`; `None` when the pool is exhausted.
@@ -279,7 +386,7 @@ impl Layer {
     fn place(
         &mut self,
         alloc: &mut Alloc,
-        mem: &mut [u8],
+        mem: &mut PoolRef,
         b: usize,
         stride: usize,
         rpc: usize,
@@ -291,7 +398,7 @@ impl Layer {
                 self.head[b] = c;
             } else {
                 let last = (at as usize - 1) / alloc.chunk;
-                write_u32(mem, last * alloc.chunk + alloc.chunk - 4, c);
+                write_u32(mem.bytes_mut(last * alloc.chunk + alloc.chunk - 4, 4), 0, c);
             }
             self.nchunks[b] += 1;
             at = c * alloc.chunk as u32;
@@ -301,30 +408,110 @@ impl Layer {
         Some(at as usize)
     }
 
-    /// Returns the chunks of bucket `b` to the free list.
-    fn free(&mut self, alloc: &mut Alloc, mem: &mut [u8], b: usize) {
+    /// Returns the chunks of bucket `b` to `alloc`'s free list (the list stays as it is
+    /// until [`Layer::clear`]: it is not read again).
+    fn free(&self, alloc: &mut Alloc, mem: &mut PoolRef, b: usize) {
         let mut c = self.head[b];
         for i in 0..self.nchunks[b] {
             let next = if i + 1 < self.nchunks[b] {
-                read_u32(mem, c as usize * alloc.chunk + alloc.chunk - 4)
+                read_u32(mem.bytes(c as usize * alloc.chunk + alloc.chunk - 4, 4), 0)
             } else {
                 NO_CHUNK
             };
             alloc.give(mem, c);
             c = next;
         }
-        self.head[b] = NO_CHUNK;
-        self.nchunks[b] = 0;
     }
 }
 
-/// Trees on their way to the file.
+/// Rows of each bucket in all the threads' lists; false when one holds more rows than the
+/// `ids` slot ids that pair codes (and chain tables) can name.
+fn bucket_rows(lists: &[Layer], ids: usize) -> (Vec<u32>, bool) {
+    let mut rows = lists[0].counts.clone();
+    for l in &lists[1..] {
+        for (r, &c) in rows.iter_mut().zip(&l.counts) {
+            *r += c;
+        }
+    }
+    let ok = rows.iter().all(|&r| r as usize <= ids);
+    (rows, ok)
+}
+
+/// Prefix sums (`len + 1` entries).
+fn prefix(counts: &[u32]) -> Vec<u64> {
+    let mut acc = 0u64;
+    let mut v = Vec::with_capacity(counts.len() + 1);
+    v.push(0);
+    for &x in counts {
+        acc += x as u64;
+        v.push(acc);
+    }
+    v
+}
+
+/// Bucket ranges of about equal rows for `threads` threads, from the rows' prefix sums.
+fn split_buckets(prefix: &[u64], threads: usize) -> Vec<Range<usize>> {
+    let nb = prefix.len() - 1;
+    let total = prefix[nb];
+    let mut cuts = vec![0usize];
+    for t in 1..threads {
+        let want = total * t as u64 / threads as u64;
+        let b = prefix.partition_point(|&p| p < want).min(nb);
+        cuts.push(b.max(*cuts.last().expect("one cut")));
+    }
+    cuts.push(nb);
+    cuts.windows(2).map(|w| w[0]..w[1]).collect()
+}
+
+/// One thread's writer of its part of a layer's trees.
+enum Sink<'a> {
+    File {
+        file: &'a SpillFile,
+        at: u64,
+    },
+    Mem {
+        mem: &'a mut [u8],
+        at: usize,
+    },
+    /// Trees not kept (`pr`'s layers below its height, re-runs' other layers).
+    Discard,
+    /// A re-run's layer: the trees at positions `wanted` (sorted; `pos` is the position of
+    /// the next tree written) go to `picked`.
+    Pick {
+        wanted: &'a [u64],
+        pos: u64,
+        ftb: usize,
+        picked: Vec<u64>,
+    },
+}
+
+/// Where the trees are read back from.
+enum Source<'a> {
+    File(&'a SpillFile),
+    Mem(&'a [u8]),
+}
+
+impl Source<'_> {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        match self {
+            Source::File(f) => f.read_at(buf, at),
+            Source::Mem(m) => {
+                let at = at as usize;
+                let src = m.get(at..at + buf.len()).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "tree past the stored trees")
+                })?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Trees on their way to a [`Sink`].
 struct TreeOut<'f> {
-    file: &'f mut SpillFile,
-    buf: Vec<u8>,
+    sink: Sink<'f>,
+    buf: &'f mut Vec<u8>,
     len: usize,
-    /// Bytes written to the file so far.
-    total: u64,
 }
 
 impl TreeOut<'_> {
@@ -347,10 +534,49 @@ impl TreeOut<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.total += self.len as u64;
-        self.file.append(&self.buf[..self.len])?;
+        let bytes = &self.buf[..self.len];
+        match &mut self.sink {
+            Sink::File { file, at } => {
+                file.write_at(bytes, *at)?;
+                *at += bytes.len() as u64;
+            }
+            Sink::Mem { mem, at } => {
+                // The part was sized from the layer's row counts: the rows written fill it.
+                mem[*at..*at + bytes.len()].copy_from_slice(bytes);
+                *at += bytes.len();
+            }
+            Sink::Discard => {}
+            Sink::Pick {
+                wanted,
+                pos,
+                ftb,
+                picked,
+            } => {
+                let end = *pos + (bytes.len() / *ftb) as u64;
+                while let Some((&w, rest)) = wanted.split_first() {
+                    if w >= end {
+                        break;
+                    }
+                    let at = (w - *pos) as usize * *ftb;
+                    let mut v = [0u8; 8];
+                    v[..*ftb].copy_from_slice(&bytes[at..at + *ftb]);
+                    picked.push(u64::from_le_bytes(v));
+                    *wanted = rest;
+                }
+                *pos = end;
+            }
+        }
         self.len = 0;
         Ok(())
+    }
+
+    /// Flushes; the picked trees for a [`Sink::Pick`] (else none).
+    fn finish(mut self) -> io::Result<Vec<u64>> {
+        self.flush()?;
+        Ok(match self.sink {
+            Sink::Pick { picked, .. } => picked,
+            _ => Vec::new(),
+        })
     }
 }
 
@@ -371,50 +597,129 @@ pub(crate) use crate::fast::Found;
 pub(crate) fn plan(p: crate::Params) -> Option<Plan> {
     let c = p.collision_bits();
     match Plan::new(p, 1) {
-        Some(fast) if fast.bb + 8 <= c + 1 => Some(fast),
+        Some(fast) if useful(&fast, c) => Some(fast),
         _ => Plan::wide(p, (c + 1).saturating_sub(9), 2048),
     }
 }
 
-/// Solves with `plan` (made for one thread), keeping the pool and the file in `keep`.
-/// `Ok(None)`: a bucket outgrew its slot ids (the caller runs the general solver).
+/// Whether [`crate::fast`]'s plan for `p` has buckets of useful size (2^8 or more rows on
+/// average): where it has not ((144,5), (192,7)), `full` runs this solver with its trees in
+/// memory.
+pub(crate) fn fast_is_useful(p: crate::Params) -> bool {
+    Plan::new(p, 1).is_some_and(|f| useful(&f, p.collision_bits()))
+}
+
+fn useful(fast: &Plan, c: u32) -> bool {
+    fast.bb + 8 <= c + 1
+}
+
+/// Solves with `plan` on `threads` threads, the trees kept as `store` says except those of
+/// layers below `height` (`pr`: rebuilt for the candidates by re-running the layers below
+/// them), the pool (and file) kept in `keep` for the next solve. `Ok(None)`: a bucket
+/// outgrew its slot ids (the caller runs the general solver).
 pub(crate) fn solve(
     gen: &HashGen,
     plan: &Plan,
-    dir: Option<&Path>,
+    store: Store,
+    threads: usize,
+    height: usize,
     keep: &mut Option<EmSpace>,
 ) -> io::Result<Option<Found>> {
     let p = gen.params();
+    let threads = threads.clamp(1, 64);
     let geo = Geo::new(plan, p.index_bits());
     let rows = p.num_indices() as usize;
     // Rows alive at once: one layer and the part of the next made so far; the top layers of
-    // (200,9) grow by up to ~20%, and a chunk loses less than one row.
+    // (200,9) grow by up to ~20%, and a chunk loses less than one row. Each thread's lists
+    // of the two live layers hold a partly filled chunk per bucket, and each thread may hold
+    // up to a batch of fresh chunks it has not used.
     let min_rpc = *geo.rpc.iter().min().expect("k >= 2");
-    let cap = (rows as f64 * 2.6 / min_rpc as f64) as usize + 4 * plan.nb() + 16;
+    let cap = (rows as f64 * 2.6 / min_rpc as f64) as usize
+        + (2 * threads + 2) * plan.nb()
+        + threads * BUMP_BATCH as usize
+        + 16;
     // Reads of row words may look up to 4 bytes past a chunk.
     let bytes = cap * geo.chunk + 64;
     if bytes > u32::MAX as usize {
         // Row offsets are u32; no plan comes near this (pair codes limit a layer's rows).
         return Ok(None);
     }
-    let space = match keep.take() {
-        Some(s) if s.pool.len() >= bytes && s.dir.as_deref() == dir => s,
+    // In memory: room for the trees of every row the pool can hold, in each layer (a layer's
+    // rows are all in the pool at once), and no more than the slot ids can name.
+    let tree_bytes: usize = (0..plan.k as usize)
+        .map(|r| (cap * geo.rpc[r]).min(plan.nb() * plan.ids()) * geo.ftb[r])
+        .sum();
+    let mut space = match keep.take() {
+        Some(s) if s.pool.len() >= bytes && s.trees.fits(store, tree_bytes) => s,
         _ => {
-            // Drop the old file before making a new one.
+            // Drop the old file (or buffer) before making a new one.
             *keep = None;
             EmSpace {
                 pool: LargeBuffer::new(bytes, PagePolicy::Transparent)
                     .map_err(|e| io::Error::other(e.to_string()))?,
-                file: SpillFile::create(dir)?,
-                dir: dir.map(Path::to_path_buf),
+                trees: Trees::new(store, tree_bytes)?,
             }
         }
     };
-    let mut space = space;
-    space.file.rewind();
-    let out = run(gen, plan, &geo, &mut space, cap as u32);
+    let out = run(gen, plan, &geo, &mut space, cap as u32, threads, height);
     *keep = Some(space);
     out
+}
+
+/// Runs `work(t, item)` for every item, item `t` on thread `t` (0 on this one).
+fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(usize, T) -> R + Sync) -> Vec<R> {
+    if items.len() == 1 {
+        return items.into_iter().map(|x| work(0, x)).collect();
+    }
+    std::thread::scope(|s| {
+        let work = &work;
+        let mut items = items.into_iter().enumerate();
+        let first = items.next().expect("one item");
+        let handles: Vec<_> = items.map(|(t, x)| s.spawn(move || work(t, x))).collect();
+        let mut out = vec![work(first.0, first.1)];
+        out.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+        );
+        out
+    })
+}
+
+/// Layer `r`'s trees: its start in the store, each thread's buckets, and the thread's part
+/// of the layer's bytes.
+fn tree_parts(prefix: &[u64], ftb: usize, threads: usize) -> (Vec<Range<usize>>, Vec<u64>) {
+    let ranges = split_buckets(prefix, threads);
+    let mut cuts: Vec<u64> = ranges
+        .iter()
+        .map(|r| prefix[r.start] * ftb as u64)
+        .collect();
+    cuts.push(prefix[prefix.len() - 1] * ftb as u64);
+    (ranges, cuts)
+}
+
+/// What one pass over the layers does with the trees.
+#[derive(Clone, Copy)]
+enum Pass<'w> {
+    /// The solve: every layer's trees go to the store, except those of layers below
+    /// `height` (`pr`), which are dropped.
+    Solve { height: usize },
+    /// A re-run of layers `0..=layer` for `pr`'s trace-back: only the trees of `layer` at
+    /// the positions `wanted` (sorted, distinct) are kept.
+    Pick { layer: usize, wanted: &'w [u64] },
+}
+
+/// What a pass found.
+struct PassOut {
+    /// Rows per layer.
+    rows: Vec<usize>,
+    /// Where each layer's trees start in the store (layers whose trees are kept).
+    starts: Vec<u64>,
+    /// Each layer's rows in buckets before `b`.
+    prefixes: Vec<Vec<u64>>,
+    cands: Vec<Candidate>,
+    /// `Pass::Pick`: the trees at the wanted positions, in their order.
+    picked: Vec<u64>,
 }
 
 fn run(
@@ -423,136 +728,236 @@ fn run(
     geo: &Geo,
     space: &mut EmSpace,
     cap: u32,
+    threads: usize,
+    height: usize,
 ) -> io::Result<Option<Found>> {
-    let nb = plan.nb();
-    let k = plan.k as usize;
-    let mem = space.pool.as_mut_slice();
-    let mut alloc = Alloc {
-        free: NO_CHUNK,
-        bump: 0,
-        cap,
-        chunk: geo.chunk,
-    };
-    let mut trees = TreeOut {
-        file: &mut space.file,
-        buf: vec![0u8; FLUSH],
-        len: 0,
-        total: 0,
-    };
-    let mut cur = Layer::new(nb);
-    let mut next = Layer::new(nb);
-    let mut scratch = Scratch::new(plan);
-    if !layer0(gen, plan, geo, mem, &mut alloc, &mut cur, &mut scratch.base)
-        || !cur.count(geo.stride[0], geo.rpc[0], plan.ids(), geo.chunk)
-    {
+    let EmSpace { pool, trees } = space;
+    let pass = Pass::Solve { height };
+    let Some(out) = layers(gen, plan, geo, pool, Some(trees), cap, threads, pass)? else {
         return Ok(None);
-    }
-    let mut rows = Vec::with_capacity(k);
-    // Where each layer's trees start in the file, and its rows per bucket.
-    let mut starts = Vec::with_capacity(k);
-    let mut counts: Vec<Vec<u32>> = Vec::with_capacity(k);
-    for r in 0..k - 1 {
-        rows.push(cur.rows());
-        starts.push(trees.total + trees.len as u64);
-        counts.push(cur.counts.clone());
-        next.clear();
-        if !step(
-            plan,
-            geo,
-            r,
-            mem,
-            &mut alloc,
-            &mut cur,
-            &mut next,
-            &mut trees,
-            &mut scratch,
-        )? {
-            return Ok(None);
-        }
-        if !next.count(geo.stride[r + 1], geo.rpc[r + 1], plan.ids(), geo.chunk) {
-            return Ok(None);
-        }
-        std::mem::swap(&mut cur, &mut next);
-    }
-    rows.push(cur.rows());
-    starts.push(trees.total + trees.len as u64);
-    counts.push(cur.counts.clone());
-    let cands = final_step(plan, geo, mem, &cur, &mut trees, &mut scratch)?;
-    trees.flush()?;
-    let file = &*trees.file;
+    };
     let book = Book {
         plan,
         geo,
-        file,
-        starts,
-        prefix: counts
-            .iter()
-            .map(|c| {
-                let mut acc = 0u64;
-                let mut v = Vec::with_capacity(nb + 1);
-                v.push(0);
-                for &x in c {
-                    acc += x as u64;
-                    v.push(acc);
-                }
-                v
-            })
-            .collect(),
+        trees: trees.source(),
+        height,
+        starts: out.starts,
+        prefix: out.prefixes,
     };
-    let mut out = Vec::with_capacity(cands.len());
-    let mut repeated = 0;
-    let mut ex = Expansion::default();
-    for (b, a, c) in cands {
-        match ex.leaves(&book, b, a, c)? {
-            Some(idx) => out.push(idx),
-            None => repeated += 1,
+    // Layers below `height` kept no trees: re-run the layers up to each, picking the trees
+    // the candidates need (the CIP post-retrieval trade-off).
+    let mut rerun = |layer: usize, wanted: &[u64]| -> io::Result<Vec<u64>> {
+        let pass = Pass::Pick { layer, wanted };
+        match layers(gen, plan, geo, pool, None, cap, threads, pass)? {
+            Some(o) if o.picked.len() == wanted.len() => Ok(o.picked),
+            // The solve is deterministic: a re-run that differs is a bug, not bad input.
+            _ => Err(io::Error::other("a re-run layer differs from the solve")),
         }
-    }
+    };
+    let (cands, repeated) = trace_back(&book, &out.cands, &mut rerun)?;
     Ok(Some(Found {
-        cands: out,
-        rows,
+        cands,
+        rows: out.rows,
         repeated,
     }))
 }
 
-/// Per-step scratch tables.
+/// One pass over the layers (see [`Pass`]); `trees` is the store for `Pass::Solve`.
+/// `Ok(None)`: a bucket outgrew its slot ids or the pool ran out.
+#[allow(clippy::too_many_arguments)]
+fn layers(
+    gen: &HashGen,
+    plan: &Plan,
+    geo: &Geo,
+    pool: &mut LargeBuffer,
+    mut trees: Option<&mut Trees>,
+    cap: u32,
+    threads: usize,
+    pass: Pass,
+) -> io::Result<Option<PassOut>> {
+    let nb = plan.nb();
+    let k = plan.k as usize;
+    let mut pool = Pool::new(pool.as_mut_slice());
+    let mut views = pool.views(threads);
+    let bump = AtomicU32::new(0);
+    let mut allocs: Vec<Alloc> = (0..threads)
+        .map(|_| Alloc {
+            free: NO_CHUNK,
+            fresh: (0, 0),
+            bump: &bump,
+            cap,
+            chunk: geo.chunk,
+        })
+        .collect();
+    let mut cur: Vec<Layer> = (0..threads).map(|_| Layer::new(nb)).collect();
+    let mut next: Vec<Layer> = (0..threads).map(|_| Layer::new(nb)).collect();
+    let mut scratch: Vec<Scratch> = (0..threads).map(|_| Scratch::new(plan)).collect();
+    let blocks = gen.num_blocks() as usize;
+    let jobs = views.iter_mut().zip(&mut allocs).zip(&mut cur);
+    let ok = on_threads(jobs.collect(), |t, ((view, alloc), lay)| {
+        let part = t * blocks / threads..(t + 1) * blocks / threads;
+        layer0(gen, plan, geo, part, view, alloc, lay)
+    });
+    if ok.contains(&false) {
+        return Ok(None);
+    }
+    let mut out = PassOut {
+        rows: Vec::with_capacity(k),
+        starts: Vec::with_capacity(k),
+        prefixes: Vec::with_capacity(k),
+        cands: Vec::new(),
+        picked: Vec::new(),
+    };
+    let mut start = 0u64;
+    let last = match pass {
+        Pass::Solve { .. } => k - 1,
+        Pass::Pick { layer, .. } => layer,
+    };
+    for r in 0..=last {
+        for l in &mut cur {
+            l.count(geo.stride[r], geo.rpc[r], geo.chunk);
+        }
+        let (counts, fits) = bucket_rows(&cur, plan.ids());
+        if !fits {
+            return Ok(None);
+        }
+        let pre = prefix(&counts);
+        out.rows.push(pre[nb] as usize);
+        let (ranges, cuts) = tree_parts(&pre, geo.ftb[r], threads);
+        out.starts.push(start);
+        let sinks: Vec<Sink> = match (pass, trees.as_deref_mut()) {
+            (Pass::Solve { height }, Some(trees)) if r >= height => {
+                let s = trees.sinks(start, &cuts)?;
+                start += cuts[threads];
+                s
+            }
+            (Pass::Pick { layer, wanted }, _) if r == layer => ranges
+                .iter()
+                .map(|b| {
+                    let (lo, hi) = (pre[b.start], pre[b.end]);
+                    let from = wanted.partition_point(|&p| p < lo);
+                    let to = wanted.partition_point(|&p| p < hi);
+                    Sink::Pick {
+                        wanted: &wanted[from..to],
+                        pos: lo,
+                        ftb: geo.ftb[r],
+                        picked: Vec::with_capacity(to - from),
+                    }
+                })
+                .collect(),
+            _ => (0..threads).map(|_| Sink::Discard).collect(),
+        };
+        out.prefixes.push(pre);
+        let lists = &cur;
+        if r + 1 < k {
+            for l in &mut next {
+                l.clear();
+            }
+            let jobs = views
+                .iter_mut()
+                .zip(&mut allocs)
+                .zip(&mut next)
+                .zip(&mut scratch)
+                .zip(sinks)
+                .zip(ranges);
+            let done = on_threads(
+                jobs.collect(),
+                |_, (((((view, alloc), next), s), sink), buckets)| {
+                    let mut trees = TreeOut {
+                        sink,
+                        buf: &mut s.tree_buf,
+                        len: 0,
+                    };
+                    let ok = step(
+                        plan,
+                        geo,
+                        r,
+                        view,
+                        alloc,
+                        lists,
+                        next,
+                        &mut trees,
+                        &mut s.work,
+                        buckets,
+                    )?;
+                    Ok::<_, io::Error>((ok, trees.finish()?))
+                },
+            );
+            for d in done {
+                let (ok, picked) = d?;
+                if !ok {
+                    return Ok(None);
+                }
+                out.picked.extend(picked);
+            }
+        } else {
+            let jobs = views.iter_mut().zip(&mut scratch).zip(sinks).zip(ranges);
+            let found = on_threads(jobs.collect(), |_, (((view, s), sink), buckets)| {
+                let mut trees = TreeOut {
+                    sink,
+                    buf: &mut s.tree_buf,
+                    len: 0,
+                };
+                let c = final_step(plan, geo, view, lists, &mut trees, &mut s.work, buckets)?;
+                trees.finish()?;
+                Ok::<_, io::Error>(c)
+            });
+            for c in found {
+                out.cands.extend(c?);
+            }
+        }
+        if r + 1 < k {
+            std::mem::swap(&mut cur, &mut next);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// One thread's scratch: its step tables and its tree buffer.
 struct Scratch {
+    work: Work,
+    tree_buf: Vec<u8>,
+}
+
+impl Scratch {
+    fn new(plan: &Plan) -> Self {
+        Scratch {
+            work: Work {
+                chains: Chains::new(),
+                pairs: vec![0u32; 2 * plan.ids() + 3],
+                seen: Vec::new(),
+                items: Vec::new(),
+                rows: Vec::new(),
+            },
+            tree_buf: vec![0u8; FLUSH],
+        }
+    }
+}
+
+/// Per-step scratch tables.
+struct Work {
     chains: Chains,
     pairs: Vec<u32>,
     seen: Vec<u8>,
     items: Vec<u32>,
     /// The rows of the bucket being merged, `hw` words each.
     rows: Vec<u32>,
-    /// The first string index of each layer-0 bucket.
-    base: Vec<u32>,
 }
 
-impl Scratch {
-    fn new(plan: &Plan) -> Self {
-        Scratch {
-            chains: Chains::new(),
-            pairs: vec![0u32; 2 * plan.ids() + 3],
-            seen: Vec::new(),
-            items: Vec::new(),
-            rows: Vec::new(),
-            base: vec![0; plan.nb()],
-        }
-    }
-}
-
-/// Layer 0: every string, bucketed by its first B bits; the tree is the index.
+/// Layer 0: the strings of hash blocks `blocks`, bucketed by their first B bits into `lay`;
+/// the tree is the index.
 fn layer0(
     gen: &HashGen,
     plan: &Plan,
     geo: &Geo,
-    mem: &mut [u8],
+    blocks: Range<usize>,
+    mem: &mut PoolRef,
     alloc: &mut Alloc,
     lay: &mut Layer,
-    base: &mut [u32],
 ) -> bool {
     match (plan.bb, plan.hw[0]) {
-        (10, 6) => fill_layer0::<10, 6, true>(gen, plan, geo, mem, alloc, lay, base),
-        _ => fill_layer0::<0, 0, false>(gen, plan, geo, mem, alloc, lay, base),
+        (10, 6) => fill_layer0::<10, 6, true>(gen, plan, geo, blocks, mem, alloc, lay),
+        _ => fill_layer0::<0, 0, false>(gen, plan, geo, blocks, mem, alloc, lay),
     }
 }
 
@@ -560,10 +965,10 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     gen: &HashGen,
     plan: &Plan,
     geo: &Geo,
-    mem: &mut [u8],
+    blocks: Range<usize>,
+    mem: &mut PoolRef,
     alloc: &mut Alloc,
     lay: &mut Layer,
-    base: &mut [u32],
 ) -> bool {
     let p = gen.params();
     let (bb, hw) = if SPEC {
@@ -573,8 +978,8 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     };
     let (stride, rpc, hb, tb, mask) =
         (geo.stride[0], geo.rpc[0], geo.hb[0], geo.tb[0], geo.mask[0]);
-    // The largest gap from a bucket's previous index that the low `8 * tb` bits of an index
-    // can carry (a bucket's first index is kept whole in `base`).
+    // The largest gap from a list's previous index that the low `8 * tb` bits of an index
+    // can carry (a list's first index is kept whole in `base`).
     let reach = if 8 * tb >= 32 {
         u64::MAX
     } else {
@@ -582,57 +987,34 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     };
     let exact = 8 * tb as u32 >= p.index_bits();
     let mut last = vec![u64::MAX; plan.nb()];
-    for_each_string(
-        gen,
-        0..gen.num_blocks() as usize,
-        bb,
-        hw,
-        mask,
-        |index, b, words| {
-            if last[b] == u64::MAX {
-                base[b] = index as u32;
-            } else if !exact && index - last[b] >= reach {
-                return false;
-            }
-            last[b] = index;
-            let Some(at) = lay.place(alloc, mem, b, stride, rpc) else {
-                return false;
-            };
-            // The row's last word and its index may run past it (by less than 4 bytes, see
-            // `Geo`): rows are written in slot order, so only the next row's bytes, not yet
-            // written, are overwritten.
-            let dst = &mut mem[at..at + 4 * hw.max(1) + 4];
-            for w in 0..hw {
-                dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
-            }
-            dst[hb..hb + 4].copy_from_slice(&(index as u32).to_le_bytes());
-            prefetch_after(mem, at);
-            true
-        },
-    )
+    for_each_string(gen, blocks, bb, hw, mask, |index, b, words| {
+        if last[b] == u64::MAX {
+            lay.base[b] = index as u32;
+        } else if !exact && index - last[b] >= reach {
+            return false;
+        }
+        last[b] = index;
+        let Some(at) = lay.place(alloc, mem, b, stride, rpc) else {
+            return false;
+        };
+        // The row's last word and its index may run past it (by less than 4 bytes, see
+        // `Geo`): rows are written in slot order, so only the next row's bytes, not yet
+        // written, are overwritten.
+        let dst = mem.bytes_mut(at, 4 * hw.max(1) + 4);
+        for w in 0..hw {
+            dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
+        }
+        dst[hb..hb + 4].copy_from_slice(&(index as u32).to_le_bytes());
+        mem.prefetch(at + 64);
+        true
+    })
 }
 
-/// As [`crate::fast`]'s `prefetch_next_rows`: the cache line after a row just written to a
-/// bucket, so that the bucket's next rows hit the cache.
-#[inline(always)]
-fn prefetch_after(mem: &[u8], at: usize) {
-    if let Some(v) = mem.get(at + 64) {
-        prefetch_read(v);
-    }
-}
-
-#[inline(always)]
-fn prefetch_address(mem: &[u8], at: usize) {
-    if let Some(v) = mem.get(at) {
-        prefetch_read(v);
-    }
-}
-
-/// The `W` hash words of the row at `at` (the last one with the tree's bytes in its low
+/// The `W` hash words at the start of `row` (the last one with the tree's bytes in its low
 /// bits: callers mask).
 #[inline(always)]
-fn load<const W: usize>(mem: &[u8], at: usize) -> [u32; W] {
-    let s = &mem[at..at + 4 * W];
+fn load<const W: usize>(row: &[u8]) -> [u32; W] {
+    let s = &row[..4 * W];
     let mut x = [0u32; W];
     for (w, v) in x.iter_mut().enumerate() {
         *v = u32::from_be_bytes(s[4 * w..4 * w + 4].try_into().expect("4 bytes"));
@@ -640,16 +1022,19 @@ fn load<const W: usize>(mem: &[u8], at: usize) -> [u32; W] {
     x
 }
 
-/// Visits the rows of bucket `b` in slot order: `f(slot id, byte offset, bytes)`, the bytes
-/// from the row's start to 4 bytes past its end (still in its chunk, see `Geo`).
+/// Visits the rows of bucket `b` in list `lay` in slot order: `f(slot id, byte offset,
+/// bytes)`, slot ids from `id0`, the bytes from the row's start to 4 bytes past its end
+/// (still in its chunk, see `Geo`).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn for_rows(
-    mem: &[u8],
+    mem: &PoolRef,
     lay: &Layer,
     b: usize,
     stride: usize,
     rpc: usize,
     chunk_bytes: usize,
+    id0: usize,
     mut f: impl FnMut(usize, usize, &[u8]),
 ) {
     let count = lay.counts[b] as usize;
@@ -657,7 +1042,7 @@ fn for_rows(
     let mut ch = lay.head[b] as usize;
     for i in 0..lay.nchunks[b] as usize {
         let base = ch * chunk_bytes;
-        let chunk = &mem[base..base + chunk_bytes];
+        let chunk = mem.bytes(base, chunk_bytes);
         let next = if i + 1 < lay.nchunks[b] as usize {
             read_u32(chunk, chunk_bytes - 4) as usize
         } else {
@@ -667,13 +1052,13 @@ fn for_rows(
         // at each chunk's end: ask for the next chunk's lines now.
         if next != usize::MAX {
             for line in (0..chunk_bytes + 63).step_by(64) {
-                prefetch_address(mem, next * chunk_bytes + line);
+                mem.prefetch(next * chunk_bytes + line);
             }
         }
         let here = (count - id).min(rpc);
         for j in 0..here {
             f(
-                id + j,
+                id0 + id + j,
                 base + j * stride,
                 &chunk[j * stride..j * stride + stride + 4],
             );
@@ -687,27 +1072,30 @@ type StepFn = fn(
     &Plan,
     &Geo,
     usize,
-    &mut [u8],
+    &mut PoolRef,
     &mut Alloc,
-    &mut Layer,
+    &[Layer],
     &mut Layer,
     &mut TreeOut,
-    &mut Scratch,
+    &mut Work,
+    Range<usize>,
 ) -> io::Result<bool>;
 
-/// Step `r`: merges the colliding rows of layer `r` into layer `r + 1`, writing layer `r`'s
-/// trees to the file and freeing each bucket once merged.
+/// Step `r` for the buckets `buckets` of layer `r` (in all the threads' lists `cur`): merges
+/// their colliding rows into this thread's lists `next` of layer `r + 1`, writing their
+/// trees to `trees` and freeing each bucket once merged.
 #[allow(clippy::too_many_arguments)]
 fn step(
     plan: &Plan,
     geo: &Geo,
     r: usize,
-    mem: &mut [u8],
+    mem: &mut PoolRef,
     alloc: &mut Alloc,
-    cur: &mut Layer,
+    cur: &[Layer],
     next: &mut Layer,
     trees: &mut TreeOut,
-    s: &mut Scratch,
+    s: &mut Work,
+    buckets: Range<usize>,
 ) -> io::Result<bool> {
     let (wi, wo) = (plan.hw[r], plan.hw[r + 1]);
     let geometry = (geo.stride[r], geo.hb[r], geo.stride[r + 1], geo.hb[r + 1]);
@@ -739,7 +1127,7 @@ fn step(
         (_, _, 8, 8, _) => merge::<8, 8, 0, 0, false, 0, 0, 0, 0>,
         _ => unreachable!("Plan::new limits rows to {MAX_WORDS} words"),
     };
-    f(plan, geo, r, mem, alloc, cur, next, trees, s)
+    f(plan, geo, r, mem, alloc, cur, next, trees, s, buckets)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -757,12 +1145,13 @@ fn merge<
     plan: &Plan,
     geo: &Geo,
     r: usize,
-    mem: &mut [u8],
+    mem: &mut PoolRef,
     alloc: &mut Alloc,
-    cur: &mut Layer,
+    cur: &[Layer],
     next: &mut Layer,
     trees: &mut TreeOut,
-    s: &mut Scratch,
+    s: &mut Work,
+    buckets: Range<usize>,
 ) -> io::Result<bool> {
     let (c, bb) = if SPEC { (C, BB) } else { (plan.c, plan.bb) };
     let rb = c - bb;
@@ -785,16 +1174,15 @@ fn merge<
         },
     );
     let tree_mask = byte_mask(ftb);
-    let Scratch {
+    let Work {
         chains,
         pairs,
         rows,
-        base,
         ..
     } = s;
-    for b in 0..plan.nb() {
+    for b in buckets {
         chains.clear(rb);
-        let count = cur.counts[b] as usize;
+        let count: usize = cur.iter().map(|l| l.counts[b] as usize).sum();
         trees.reserve(count * 8)?;
         if rows.len() < count * WI {
             rows.resize(count * WI, 0);
@@ -809,10 +1197,10 @@ fn merge<
         // are chained by the rest of their digit and the pairs (older id, newer id) listed
         // in chain order, as in `fast`: the first three partners of a row without branches.
         let mut np = 0;
-        let mut index = base.get(b).copied().unwrap_or(0);
-        {
-            let mem: &[u8] = mem;
-            for_rows(mem, cur, b, si, rpci, geo.chunk, |id, _, row| {
+        let mut id0 = 0;
+        for lay in cur {
+            let mut index = lay.base[b];
+            for_rows(mem, lay, b, si, rpci, geo.chunk, id0, |id, _, row| {
                 if r == 0 {
                     let low = read_u32(row, hbi);
                     index = index.wrapping_add(low.wrapping_sub(index) & low_mask);
@@ -820,16 +1208,19 @@ fn merge<
                 } else {
                     trees.put(read_tree(row, hbi, tbi) & tree_mask, ftb);
                 }
-                let mut x = load::<WI>(row, 0);
+                let mut x = load::<WI>(row);
                 x[WI - 1] &= mask;
                 rows[id * WI..id * WI + WI].copy_from_slice(&x);
                 let key = (x[0] >> (32 - rb)) as usize;
                 let q0 = chains.push_id(key, id as u16);
                 list_partners(chains, q0, id as u32, pairs, &mut np);
             });
+            id0 += lay.counts[b] as usize;
         }
         // The bucket is copied: its chunks (still in cache) take the next layer's rows.
-        cur.free(alloc, mem, b);
+        for lay in cur {
+            lay.free(alloc, mem, b);
+        }
         // Phase 2: merge every listed pair.
         for &p in &pairs[..np] {
             let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
@@ -846,13 +1237,14 @@ fn merge<
             };
             // As in layer 0, the last word may run past the row into the next one's bytes
             // (its tree then overwrites them).
-            let dst = &mut mem[oat..oat + so + 4];
+            let dst = mem.bytes_mut(oat, so + 4);
             for w in 0..WO {
                 let v = (x[w] << cs) | (xw(w + 1) >> cr);
                 dst[4 * w..4 * w + 4].copy_from_slice(&v.to_be_bytes());
             }
             write_tree(dst, hbo, tree, so - hbo);
-            prefetch_after(mem, oat);
+            // As `fast`'s `prefetch_next_rows`: the bucket's next rows then hit the cache.
+            mem.prefetch(oat + 64);
         }
     }
     Ok(true)
@@ -866,17 +1258,18 @@ type Candidate = (u32, u16, u16);
 fn final_step(
     plan: &Plan,
     geo: &Geo,
-    mem: &[u8],
-    cur: &Layer,
+    mem: &PoolRef,
+    cur: &[Layer],
     trees: &mut TreeOut,
-    s: &mut Scratch,
+    s: &mut Work,
+    buckets: Range<usize>,
 ) -> io::Result<Vec<Candidate>> {
     let r = plan.k as usize - 1;
     match plan.hw[r] {
-        1 => final_merge::<1>(plan, geo, mem, cur, trees, s),
-        2 => final_merge::<2>(plan, geo, mem, cur, trees, s),
-        3 => final_merge::<3>(plan, geo, mem, cur, trees, s),
-        4 => final_merge::<4>(plan, geo, mem, cur, trees, s),
+        1 => final_merge::<1>(plan, geo, mem, cur, trees, s, buckets),
+        2 => final_merge::<2>(plan, geo, mem, cur, trees, s, buckets),
+        3 => final_merge::<3>(plan, geo, mem, cur, trees, s, buckets),
+        4 => final_merge::<4>(plan, geo, mem, cur, trees, s, buckets),
         _ => unreachable!("the last layer holds 2c - B <= 64 bits"),
     }
 }
@@ -884,10 +1277,11 @@ fn final_step(
 fn final_merge<const W: usize>(
     plan: &Plan,
     geo: &Geo,
-    mem: &[u8],
-    cur: &Layer,
+    mem: &PoolRef,
+    cur: &[Layer],
     trees: &mut TreeOut,
-    s: &mut Scratch,
+    s: &mut Work,
+    buckets: Range<usize>,
 ) -> io::Result<Vec<Candidate>> {
     let r = plan.k as usize - 1;
     let rb = plan.rb;
@@ -895,7 +1289,7 @@ fn final_merge<const W: usize>(
     // As in `fast`: a branch-free count of each bucket's rows per value of their leading
     // `fb` bits; only rows whose value is shared go through the chains.
     let fb = (rb + 5).min(plan.c + rb).min(16);
-    let Scratch {
+    let Work {
         chains,
         seen,
         items,
@@ -904,22 +1298,27 @@ fn final_merge<const W: usize>(
     seen.clear();
     seen.resize(1 << fb, 0);
     let row = |at: usize| {
-        let mut x = load::<W>(mem, at);
+        let mut x = load::<W>(mem.bytes(at, 4 * W));
         x[W - 1] &= mask;
         x
     };
-    let filter = |at: usize| (load::<1>(mem, at)[0] >> (32 - fb)) as usize;
+    let filter = |at: usize| (load::<1>(mem.bytes(at, 4))[0] >> (32 - fb)) as usize;
     let mut out = Vec::new();
-    for b in 0..plan.nb() {
+    for b in buckets {
         chains.clear(rb);
-        trees.reserve(cur.counts[b] as usize * 8)?;
+        let count: usize = cur.iter().map(|l| l.counts[b] as usize).sum();
+        trees.reserve(count * 8)?;
         items.clear();
-        for_rows(mem, cur, b, si, rpc, geo.chunk, |_, at, _| {
-            trees.put(read_tree(mem, at + hb, tb) & byte_mask(tb), tb);
-            items.push(at as u32);
-            let f = filter(at);
-            seen[f] = seen[f].saturating_add(1);
-        });
+        let mut id0 = 0;
+        for lay in cur {
+            for_rows(mem, lay, b, si, rpc, geo.chunk, id0, |_, at, bytes| {
+                trees.put(read_tree(bytes, hb, tb) & byte_mask(tb), tb);
+                items.push(at as u32);
+                let f = filter(at);
+                seen[f] = seen[f].saturating_add(1);
+            });
+            id0 += lay.counts[b] as usize;
+        }
         for (id, &at) in items.iter().enumerate() {
             let at = at as usize;
             if seen[filter(at)] < 2 {
@@ -944,21 +1343,22 @@ fn final_merge<const W: usize>(
     Ok(out)
 }
 
-/// Where each layer's trees are in the file.
+/// Where each layer's trees are in the store.
 struct Book<'a> {
     plan: &'a Plan,
     geo: &'a Geo,
-    file: &'a SpillFile,
-    /// File offset of each layer's first tree.
+    trees: Source<'a>,
+    /// Layers below this one kept no trees.
+    height: usize,
+    /// Store offset of each layer's first tree (layers from `height` on).
     starts: Vec<u64>,
     /// Rows of each layer in buckets before `b` (`nb + 1` entries per layer).
     prefix: Vec<Vec<u64>>,
 }
 
 impl Book<'_> {
-    /// The tree of slot `id` of bucket `b` at layer `r`.
-    fn tree(&self, r: usize, b: usize, id: usize) -> io::Result<u64> {
-        let tb = self.geo.ftb[r];
+    /// The position in layer `r` of slot `id` of bucket `b`.
+    fn position(&self, r: usize, b: usize, id: usize) -> io::Result<u64> {
         let pos = self.prefix[r][b] + id as u64;
         if pos >= self.prefix[r][b + 1] {
             return Err(io::Error::new(
@@ -966,66 +1366,146 @@ impl Book<'_> {
                 "tree pointer past its bucket",
             ));
         }
+        Ok(pos)
+    }
+
+    /// The stored tree at position `pos` of layer `r >= height`.
+    fn tree(&self, r: usize, pos: u64) -> io::Result<u64> {
+        let tb = self.geo.ftb[r];
         let mut v = [0u8; 8];
-        self.file
+        self.trees
             .read_at(&mut v[..tb], self.starts[r] + pos * tb as u64)?;
         Ok(u64::from_le_bytes(v))
     }
 }
 
-/// Tracing candidates back one layer at a time, as in `fast`, reading trees from the file.
-#[derive(Default)]
-struct Expansion {
-    nodes: Vec<u64>,
-    below: Vec<u64>,
-    sorted: Vec<u64>,
-}
+/// `pr`'s re-run of the layers up to `layer`: the trees at the sorted positions `wanted`.
+type Rerun<'a> = dyn FnMut(usize, &[u64]) -> io::Result<Vec<u64>> + 'a;
 
-impl Expansion {
-    /// The leaf indices of candidate `(b, a, c)` in tree order, or `None` when a row occurs
-    /// twice in its tree.
-    fn leaves(&mut self, book: &Book, b: u32, a: u16, c: u16) -> io::Result<Option<Vec<u32>>> {
-        let plan = book.plan;
-        let b = (b as u64) << 32;
-        self.nodes.clear();
-        self.nodes.extend([b | a as u64, b | c as u64]);
-        let pair_bits = book.geo.pair_bits;
-        let pair_mask = (1u64 << pair_bits) - 1;
-        for r in (1..plan.k as usize).rev() {
-            self.below.clear();
-            for &node in &self.nodes {
-                let tree = book.tree(r, (node >> 32) as usize, node as u32 as usize)?;
+/// Traces the candidates back one layer at a time, all together: at each layer the trees of
+/// their nodes are read from the store (or, below `book.height`, picked out of a re-run of
+/// the layers up to that one by `rerun(layer, sorted positions)`), and a candidate is dropped
+/// as soon as a row occurs twice in its tree (as in `fast`). Returns the kept candidates'
+/// leaf indices in tree order and the number dropped.
+fn trace_back(
+    book: &Book,
+    cands: &[Candidate],
+    rerun: &mut Rerun,
+) -> io::Result<(Vec<Vec<u32>>, usize)> {
+    let plan = book.plan;
+    let k = plan.k as usize;
+    let pair_bits = book.geo.pair_bits;
+    let pair_mask = (1u64 << pair_bits) - 1;
+    // Each live candidate's nodes at the current layer: bucket << 32 | slot id.
+    let mut live: Vec<Vec<u64>> = cands
+        .iter()
+        .map(|&(b, a, c)| {
+            let b = (b as u64) << 32;
+            vec![b | a as u64, b | c as u64]
+        })
+        .collect();
+    let total = live.len();
+    let mut sorted = Vec::new();
+    for r in (0..k).rev() {
+        let positions: Vec<Vec<u64>> = live
+            .iter()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|&n| book.position(r, (n >> 32) as usize, n as u32 as usize))
+                    .collect::<io::Result<Vec<u64>>>()
+            })
+            .collect::<io::Result<_>>()?;
+        let trees: Vec<Vec<u64>> = if r >= book.height {
+            positions
+                .iter()
+                .map(|ps| ps.iter().map(|&p| book.tree(r, p)).collect())
+                .collect::<io::Result<_>>()?
+        } else {
+            let mut wanted: Vec<u64> = positions.iter().flatten().copied().collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            let picked = if wanted.is_empty() {
+                Vec::new()
+            } else {
+                rerun(r, &wanted)?
+            };
+            positions
+                .iter()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| picked[wanted.binary_search(p).expect("wanted")])
+                        .collect()
+                })
+                .collect()
+        };
+        if r == 0 {
+            let leaves = trees
+                .into_iter()
+                .map(|t| t.into_iter().map(|v| v as u32).collect())
+                .collect::<Vec<Vec<u32>>>();
+            let kept = leaves.len();
+            return Ok((leaves, total - kept));
+        }
+        let mut next = Vec::with_capacity(live.len());
+        for t in trees {
+            let mut below = Vec::with_capacity(2 * t.len());
+            for tree in t {
                 let pb = if plan.bb == 0 {
                     0
                 } else {
                     (tree >> pair_bits) << 32
                 };
                 let (x, y) = pair_decode((tree & pair_mask) as u32);
-                self.below.extend([pb | x as u64, pb | y as u64]);
+                below.extend([pb | x as u64, pb | y as u64]);
             }
-            self.sorted.clear();
-            self.sorted.extend_from_slice(&self.below);
-            self.sorted.sort_unstable();
-            if self.sorted.windows(2).any(|w| w[0] == w[1]) {
-                return Ok(None);
+            sorted.clear();
+            sorted.extend_from_slice(&below);
+            sorted.sort_unstable();
+            if !sorted.windows(2).any(|w| w[0] == w[1]) {
+                next.push(below);
             }
-            std::mem::swap(&mut self.nodes, &mut self.below);
         }
-        self.nodes
-            .iter()
-            .map(|&node| Ok(book.tree(0, (node >> 32) as usize, node as u32 as usize)? as u32))
-            .collect::<io::Result<Vec<u32>>>()
-            .map(Some)
+        live = next;
     }
+    unreachable!("the loop returns at layer 0")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Exactly the reference solver's solutions on small parameters, with the pool, file
-    /// and stale rows of earlier solves reused; too few slot ids make the solve give up
-    /// (the caller then runs the general solver) instead of dropping rows.
+    /// The solutions of one solve, which must not give up.
+    fn solutions(
+        gen: &HashGen,
+        plan: &Plan,
+        store: Store,
+        threads: usize,
+        keep: &mut Option<EmSpace>,
+    ) -> Vec<Vec<u32>> {
+        solutions_pr(gen, plan, store, threads, 0, keep)
+    }
+
+    /// As [`solutions`], dropping the trees of the layers below `height`.
+    fn solutions_pr(
+        gen: &HashGen,
+        plan: &Plan,
+        store: Store,
+        threads: usize,
+        height: usize,
+        keep: &mut Option<EmSpace>,
+    ) -> Vec<Vec<u32>> {
+        let found = solve(gen, plan, store, threads, height, keep)
+            .unwrap()
+            .expect("ids suffice");
+        assert_eq!(found.rows[0], gen.params().num_indices() as usize);
+        crate::solver::finish(found.cands, &mut crate::SolveStats::default())
+    }
+
+    /// Exactly the reference solver's solutions on small parameters, with the trees in the
+    /// file and in memory, on 1, 2 and 3 threads, with the pool, file and stale rows of
+    /// earlier solves reused; too few slot ids make the solve give up (the caller then runs
+    /// the general solver) instead of dropping rows.
     #[test]
     fn matches_the_reference_solver_and_gives_up_rather_than_drop_rows() {
         let p = crate::Params::new(48, 5).unwrap();
@@ -1035,25 +1515,43 @@ mod tests {
                 crate::HashGen::new(p, b"ZcashPoW", b"em", &crate::nonce_from_int(nonce)).unwrap();
             let want = crate::reference::solve(&gen);
             let mut plan = Plan::new(p, 1).unwrap();
-            let found = solve(&gen, &plan, None, &mut keep)
-                .unwrap()
-                .expect("ids suffice");
-            assert_eq!(found.rows[0], 512);
-            let mut stats = crate::SolveStats::default();
-            assert_eq!(
-                crate::solver::finish(found.cands, &mut stats),
-                want,
-                "nonce {nonce}"
-            );
+            for store in [Store::File(None), Store::Memory] {
+                for threads in 1..=3 {
+                    let got = solutions(&gen, &plan, store, threads, &mut keep);
+                    assert_eq!(got, want, "nonce {nonce} {store:?} {threads} threads");
+                }
+            }
             plan.cap = 4;
             plan.extra = 0;
-            assert!(solve(&gen, &plan, None, &mut keep).unwrap().is_none());
+            for threads in 1..=2 {
+                let gave_up = solve(&gen, &plan, Store::File(None), threads, 0, &mut keep).unwrap();
+                assert!(gave_up.is_none());
+            }
         }
     }
 
+    /// Threads split buckets by rows: every bucket once, in order, about equal rows.
+    #[test]
+    fn buckets_split_by_rows() {
+        let counts = [5u32, 0, 7, 1, 9, 0, 0, 3];
+        let pre = prefix(&counts);
+        assert_eq!(pre, [0, 5, 5, 12, 13, 22, 22, 22, 25]);
+        for threads in 1..=10 {
+            let ranges = split_buckets(&pre, threads);
+            assert_eq!(ranges.len(), threads);
+            assert_eq!(ranges[0].start, 0);
+            assert_eq!(ranges[threads - 1].end, counts.len());
+            assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+        }
+        assert_eq!(split_buckets(&pre, 2), [0..3, 3..8]);
+        let (_, cuts) = tree_parts(&pre, 5, 2);
+        assert_eq!(cuts, [0, 60, 125]);
+    }
+
     /// [`Plan::wide`] plans (trees of more than 4 bytes) on small parameters: exactly the
-    /// reference solver's solutions, with the pool and file reused; (144,5) takes the wide
-    /// plan with its 19/18-byte rows and 5-byte trees, (200,9) keeps `fast`'s plan.
+    /// reference solver's solutions, with the pool and file reused, trees in the file and
+    /// in memory, on 1 and 2 threads; (144,5) takes the wide plan with its 19/18-byte rows
+    /// and 5-byte trees, (200,9) keeps `fast`'s plan.
     #[test]
     fn wide_plans_match_the_reference_solver() {
         let mut keep = None;
@@ -1068,15 +1566,18 @@ mod tests {
                     crate::HashGen::new(p, b"ZcashPoW", b"wide", &crate::nonce_from_int(nonce))
                         .unwrap();
                 let want = crate::reference::solve(&gen);
-                let found = solve(&gen, &plan, None, &mut keep)
-                    .unwrap()
-                    .expect("ids suffice");
-                let mut stats = crate::SolveStats::default();
-                assert_eq!(
-                    crate::solver::finish(found.cands, &mut stats),
-                    want,
-                    "({n},{k}) B={bb} nonce {nonce}"
-                );
+                for (store, threads) in [
+                    (Store::File(None), 1),
+                    (Store::Memory, 1),
+                    (Store::File(None), 2),
+                    (Store::Memory, 2),
+                ] {
+                    let got = solutions(&gen, &plan, store, threads, &mut keep);
+                    assert_eq!(
+                        got, want,
+                        "({n},{k}) B={bb} nonce {nonce} {store:?} {threads}"
+                    );
+                }
             }
         }
         let p = crate::Params::new(144, 5).unwrap();
@@ -1091,6 +1592,52 @@ mod tests {
         }
         let p = crate::Params::new(200, 9).unwrap();
         assert_eq!(plan(p).unwrap().bb, Plan::new(p, 1).unwrap().bb);
+    }
+
+    /// Wide plans forced on small parameters, on random instances: exactly the general
+    /// solver's solutions (its `full` form, `pr` at height 0), trees in the file and in
+    /// memory, on 1 and 2 threads, and with the trees below every height h dropped and
+    /// rebuilt (`pr`).
+    #[test]
+    fn wide_plans_match_the_general_solver_on_random_instances() {
+        let general = crate::SolverConfig {
+            mode: crate::Mode::Pr { height: 0 },
+            threads: 1,
+            spill_dir: None,
+        };
+        let mut keep = None;
+        let mut seed = 0x5eed_u64;
+        let mut next = move || {
+            // xorshift64*: instances only need to differ.
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        let mut total = 0;
+        for (n, k, bb, ids, count) in [(96, 5, 9, 8192, 8), (48, 5, 2, 2048, 60)] {
+            let p = crate::Params::new(n, k).unwrap();
+            let plan = Plan::wide(p, bb, ids).unwrap();
+            for _ in 0..count {
+                let input: Vec<u8> = (0..next() % 100).map(|_| next() as u8).collect();
+                let nonce = crate::nonce_from_int(((next() as u128) << 64) | next() as u128);
+                let gen = crate::HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
+                let (want, stats) = crate::solve(&gen, &general).unwrap();
+                assert!(!stats.fast_path);
+                for (store, threads) in [(Store::Memory, 1), (Store::File(None), 2)] {
+                    let got = solutions(&gen, &plan, store, threads, &mut keep);
+                    assert_eq!(got, want, "({n},{k}) B={bb} {store:?} {threads}");
+                }
+                // `pr`: the trees of the layers below h rebuilt by re-running them.
+                for h in 1..k as usize {
+                    let threads = 1 + h % 2;
+                    let got = solutions_pr(&gen, &plan, Store::Memory, threads, h, &mut keep);
+                    assert_eq!(got, want, "({n},{k}) B={bb} pr h={h} {threads} threads");
+                }
+                total += want.len();
+            }
+        }
+        assert!(total > 30, "only {total} solutions compared");
     }
 
     /// (200,9)'s rows: 26 bytes at layers 0 and 1 (16 low index bits at layer 0), and every

@@ -10,7 +10,10 @@
 //!   the fast path (`fast`: index pointers inside two alternating heaps) where it has a plan;
 //! * [`lanes`]: BLAKE2b with a shared prefix state, 8 messages per AVX-512 instruction stream;
 //! * `em`: the `em` mode's fast path (the CIP-EM layout: one layer of byte-packed rows in
-//!   memory, index pointers in a temporary file);
+//!   memory, index pointers in a temporary file), also `full`'s and `pr`'s for (144,5) and
+//!   (192,7) with the index pointers in memory; multi-threaded;
+//! * `pool`: `em`'s chunk pool shared by its threads (unsafe code, as are `lanes`'
+//!   AVX-512 intrinsics);
 //! * [`spill`]: the `em` mode's temporary file.
 //!
 //! The memory modes follow "Memory Optimizations of Wagner's Algorithm with Applications to
@@ -22,6 +25,7 @@ pub mod hash;
 pub mod lanes;
 pub mod minimal;
 pub mod params;
+pub(crate) mod pool;
 pub mod reference;
 pub mod solver;
 pub mod spill;

@@ -23,7 +23,11 @@
 //! tables of layers `0..h` and recomputes each by re-running the layers below it while
 //! tracing back (the CIP "post-retrieval" trade-off: `h(h+1)/2` extra layer steps); `Em`
 //! spills every table to a temporary file and streams it back. Where `fast` has a
-//! plan, `Full` runs it and `Em` runs `em` (the CIP-EM layout, one thread) instead.
+//! plan, `Full` runs it; `Em` runs `em` (the CIP-EM layout, multi-threaded) where it has
+//! one, and so does `Full` where `fast`'s buckets would be too small ((144,5), (192,7)),
+//! with the trees in memory, and `Pr` there too (the trees of the layers below the height
+//! rebuilt by re-running `em`'s layers). Elsewhere `Pr` runs the general solver (`Pr` at
+//! height 0 is then the general solver's `full`).
 #![deny(unsafe_code)]
 
 use crate::hash::{to_words, HashGen, BLOCK_BYTES};
@@ -713,22 +717,34 @@ impl<'a> Solver<'a> {
     /// [`Solver::run`] with memory kept in `ws` between solves.
     pub fn run_in(&self, ws: &mut Workspace) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
         let mut stats = SolveStats::default();
-        if self.cfg.mode == Mode::Full {
-            if let Some(plan) = crate::fast::Plan::new(self.gen.params(), self.cfg.threads) {
-                match crate::fast::solve(self.gen, &plan, &mut ws.heaps) {
-                    Some(found) => {
-                        let sols = finish_found(found, &mut stats);
-                        return Ok((sols, stats));
+        let p = self.gen.params();
+        let th = self.cfg.threads;
+        // Which fast path runs: `fast` for `full` where it has a plan, else `em`'s layout
+        // with its trees in memory ((144,5), (192,7)); `em`'s layout (trees in the file)
+        // for `em`; for `pr` where `fast` has no useful plan, `em`'s layout with the trees
+        // of the layers from the height on in memory.
+        let wide = !crate::em::fast_is_useful(p) && crate::em::plan(p).is_some();
+        let em_store = match self.cfg.mode {
+            Mode::Full => match crate::fast::Plan::new(p, th).filter(|_| !wide) {
+                Some(plan) => {
+                    match crate::fast::solve(self.gen, &plan, &mut ws.heaps) {
+                        Some(found) => {
+                            let sols = finish_found(found, &mut stats);
+                            return Ok((sols, stats));
+                        }
+                        None => stats.fast_overflow = true,
                     }
-                    None => stats.fast_overflow = true,
+                    None
                 }
-            }
-        }
-        if self.cfg.mode == Mode::Em {
-            // The CIP-EM layout (`em`): rows only in memory, trees in the file. One thread.
-            if let Some(plan) = crate::em::plan(self.gen.params()) {
-                let dir = self.cfg.spill_dir.as_deref();
-                match crate::em::solve(self.gen, &plan, dir, &mut ws.em)? {
+                None => Some((crate::em::Store::Memory, 0)),
+            },
+            Mode::Em => Some((crate::em::Store::File(self.cfg.spill_dir.as_deref()), 0)),
+            Mode::Pr { height } if wide => Some((crate::em::Store::Memory, height as usize)),
+            Mode::Pr { .. } => None,
+        };
+        if let Some((store, height)) = em_store {
+            if let Some(plan) = crate::em::plan(p) {
+                match crate::em::solve(self.gen, &plan, store, th, height, &mut ws.em)? {
                     Some(found) => {
                         let sols = finish_found(found, &mut stats);
                         return Ok((sols, stats));

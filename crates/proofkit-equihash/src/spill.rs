@@ -1,5 +1,6 @@
 //! External memory for the `em` mode: index-pointer tables appended to one temporary file and
-//! streamed back in order when solutions are traced back.
+//! streamed back in order when solutions are traced back (the general solver), or the
+//! trees of [`crate::em`] written at known offsets and read back one by one.
 //!
 //! ```text
 //!  file:  | table 0 (len0 x w0 bytes, little-endian) | table 1 | ... |
@@ -115,20 +116,13 @@ impl SpillFile {
         &self.path
     }
 
-    /// Starts the file over: later appends overwrite it from offset 0 (the pages of an
-    /// earlier solve are reused instead of freed and allocated again).
-    pub(crate) fn rewind(&mut self) {
-        self.end = 0;
-    }
-
-    /// Appends `bytes` with a plain positioned write (no mapping: mapped file pages would
-    /// count in the process's resident set); returns their offset.
-    pub(crate) fn append(&mut self, bytes: &[u8]) -> std::io::Result<u64> {
+    /// Writes `bytes` at `offset` with a plain positioned write (no mapping: mapped file
+    /// pages would count in the process's resident set). Threads may write disjoint ranges
+    /// at once; a later solve writes over the pages of an earlier one instead of freeing
+    /// and allocating them again.
+    pub(crate) fn write_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
-        let at = self.end;
-        self.file.write_all_at(bytes, at)?;
-        self.end += bytes.len() as u64;
-        Ok(at)
+        self.file.write_all_at(bytes, offset)
     }
 
     /// Reads `buf.len()` bytes at `offset`.
