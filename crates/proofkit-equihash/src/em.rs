@@ -746,7 +746,9 @@ fn run(
     };
     // Layers below `height` kept no trees: re-run the layers up to each, picking the trees
     // the candidates need (the CIP post-retrieval trade-off).
+    let mut recomputed_steps = 0;
     let mut rerun = |layer: usize, wanted: &[u64]| -> io::Result<Vec<u64>> {
+        recomputed_steps += layer + 1;
         let pass = Pass::Pick { layer, wanted };
         match layers(gen, plan, geo, pool, None, cap, threads, pass)? {
             Some(o) if o.picked.len() == wanted.len() => Ok(o.picked),
@@ -759,6 +761,7 @@ fn run(
         cands,
         rows: out.rows,
         repeated,
+        recomputed_steps,
     }))
 }
 
@@ -1499,7 +1502,14 @@ mod tests {
             .unwrap()
             .expect("ids suffice");
         assert_eq!(found.rows[0], gen.params().num_indices() as usize);
-        crate::solver::finish(found.cands, &mut crate::SolveStats::default())
+        let steps = found.recomputed_steps;
+        let sols = crate::solver::finish(found.cands, &mut crate::SolveStats::default());
+        // A solution is traced through every layer, so each layer below the height was
+        // rebuilt once: layers 0..=r for layer r, h(h+1)/2 steps in all.
+        if !sols.is_empty() {
+            assert_eq!(steps, height * (height + 1) / 2, "height {height}");
+        }
+        sols
     }
 
     /// Exactly the reference solver's solutions on small parameters, with the trees in the

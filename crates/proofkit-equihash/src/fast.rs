@@ -423,6 +423,9 @@ pub(crate) struct Found {
     pub rows: Vec<usize>,
     /// Candidates dropped while tracing back because a row occurred twice in their tree.
     pub repeated: usize,
+    /// Layer steps run again to rebuild dropped trees (`em`'s `pr`; counted as the general
+    /// solver counts them: layer 0 is a step).
+    pub recomputed_steps: usize,
 }
 
 /// Solves with `plan`; `None` when more rows than the slot ids can name fell in one bucket
@@ -483,6 +486,7 @@ fn solve_with(
         cands: out,
         rows,
         repeated,
+        recomputed_steps: 0,
     })
 }
 

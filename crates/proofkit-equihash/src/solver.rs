@@ -845,6 +845,7 @@ fn finish_found(found: crate::fast::Found, stats: &mut SolveStats) -> Vec<Vec<u3
     stats.layer_rows = found.rows;
     stats.candidates = found.cands.len() + found.repeated;
     stats.duplicate_rejected = found.repeated;
+    stats.recomputed_steps += found.recomputed_steps;
     finish(found.cands, stats)
 }
 
