@@ -13,6 +13,9 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Accounts per [`Db::stored_accounts`] call in the read-back.
+pub const READ_BACK_BATCH: u64 = 64;
+
 #[derive(Clone, Debug)]
 pub struct PaprikaConfig {
     pub blocks: u64,
@@ -259,38 +262,13 @@ pub fn run_paprika_rows(
     let t = Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let accounts = cfg.blocks * cfg.accounts_per_block;
-    let chunk = accounts.div_ceil(threads as u64).max(1);
-    let results = std::thread::scope(|s| {
-        let db = &db;
-        let handles: Vec<_> = (0..threads as u64)
-            .map(|c| {
-                s.spawn(move || -> Result<(), BenchError> {
-                    // Runs of up to 64 accounts of one block: their keys hash together.
-                    let end = ((c + 1) * chunk).min(accounts);
-                    let mut k = c * chunk;
-                    while k < end {
-                        let (n, i) = (k / cfg.accounts_per_block + 1, k % cfg.accounts_per_block);
-                        let to = (i + 64).min(cfg.accounts_per_block).min(i + end - k);
-                        let found = db.stored_accounts(&addresses(n, i, to))?;
-                        for (j, a) in (k..).zip(found) {
-                            if a.map(|a| a.balance) != Some(u256(n)) {
-                                return Err(BenchError::ReadBack(j));
-                            }
-                        }
-                        k += to - i;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("reader thread"))
-            .collect::<Vec<_>>()
-    });
-    for r in results {
-        r?;
-    }
+    read_back(
+        &db,
+        cfg.blocks,
+        cfg.accounts_per_block,
+        threads,
+        READ_BACK_BATCH,
+    )?;
     let read_back_seconds = t.elapsed().as_secs_f64();
     let tenth = (block_ms.len() / 10).max(1);
     let mut first: Vec<f64> = block_ms[..tenth].to_vec();
@@ -315,6 +293,58 @@ pub fn run_paprika_rows(
         read_back_threads: threads,
         final_root,
     })
+}
+
+/// Reads the accounts of blocks `1..=blocks` (`accounts_per_block` each) back from the page
+/// store of `db` on `threads` threads and checks each one's balance (the block's number).
+/// `batch` accounts at a time go to [`Db::stored_accounts`] (one key-ordered lookup).
+pub fn read_back(
+    db: &Db,
+    blocks: u64,
+    accounts_per_block: u64,
+    threads: usize,
+    batch: u64,
+) -> Result<(), BenchError> {
+    let (threads, batch) = (threads.max(1), batch.max(1));
+    let accounts = blocks * accounts_per_block;
+    let chunk = accounts.div_ceil(threads as u64).max(1);
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads as u64)
+            .map(|c| {
+                s.spawn(move || -> Result<(), BenchError> {
+                    let end = ((c + 1) * chunk).min(accounts);
+                    let mut k = c * chunk;
+                    let (mut addrs, mut balances) = (Vec::new(), Vec::new());
+                    while k < end {
+                        // The addresses of one block's accounts hash together.
+                        let batch_end = (k + batch).min(end);
+                        addrs.clear();
+                        balances.clear();
+                        while k < batch_end {
+                            let (n, i) = (k / accounts_per_block + 1, k % accounts_per_block);
+                            let to = accounts_per_block.min(i + batch_end - k);
+                            addrs.extend(addresses(n, i, to));
+                            balances.extend(std::iter::repeat_n(u256(n), (to - i) as usize));
+                            k += to - i;
+                        }
+                        let first = batch_end - addrs.len() as u64;
+                        let found = db.stored_accounts(&addrs)?;
+                        for ((j, a), b) in (first..).zip(found).zip(&balances) {
+                            if a.map(|a| a.balance).as_ref() != Some(b) {
+                                return Err(BenchError::ReadBack(j));
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("reader thread"))
+            .collect::<Vec<_>>()
+    });
+    results.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -408,20 +408,24 @@ impl Db {
     }
 
     /// [`Db::stored_account`] for many addresses, their keys hashed eight at a time
-    /// ([`crate::keccak_x8`]).
+    /// ([`crate::keccak_x8`]) and looked up in key order ([`Store::get_many`]); the results
+    /// are in the order of `addrs`. The larger the batch, the more of its keys share pages.
     pub fn stored_accounts(&self, addrs: &[Address]) -> Result<Vec<Option<Account>>, DbError> {
         let msgs: Vec<&[u8]> = addrs.iter().map(|a| &a[..]).collect();
         let mut keys = vec![[0u8; 32]; addrs.len()];
         crate::keccak_x8::keccak256_batch(&msgs, &mut keys);
-        let store = self.store();
-        keys.iter()
-            .map(|k| match store.get(k)? {
-                None => Ok(None),
-                Some(v) => decode_account_record(&v)
-                    .map(|(a, _)| Some(a))
-                    .ok_or_else(|| DbError::CorruptRecord(hex::encode(k))),
-            })
-            .collect()
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let mut found = vec![None; addrs.len()];
+        let mut bad = None;
+        self.store()
+            .get_many(&refs, |i, v| match decode_account_record(v) {
+                Some((a, _)) => found[i] = Some(a),
+                None => bad = Some(i),
+            })?;
+        match bad {
+            Some(i) => Err(DbError::CorruptRecord(hex::encode(keys[i]))),
+            None => Ok(found),
+        }
     }
 
     /// Walks every page of the store, checks the page tree and the free list, rebuilds the

@@ -309,6 +309,19 @@ fn slot(key: &[u8], depth: usize) -> usize {
     }
 }
 
+/// `a.cmp(b)`, deciding on the first eight bytes as one integer when they differ (they nearly
+/// always do between hashed keys) instead of calling `memcmp` for each leaf entry scanned.
+#[inline]
+fn cmp_keys(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.cmp(b)
+}
+
 /// The distinct children of a branch in slot order: (first slot, last slot, page).
 fn runs(children: &[u32; FANOUT]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
     let mut s = 0;
@@ -383,6 +396,7 @@ fn split_groups(sizes: &[usize]) -> Vec<usize> {
 }
 
 /// The entries of a leaf page in order, bounds-checked: an overrun is an error item.
+#[derive(Clone)]
 struct LeafEntries<'a> {
     id: u32,
     page: &'a [u8],
@@ -733,6 +747,12 @@ impl Store {
         self.view().get(key)
     }
 
+    /// Looks up many keys in the working tree at once: `f(i, value)` for each `keys[i]` that
+    /// is present (no copy of the value), in key order. See [`View::get_many`].
+    pub fn get_many(&self, keys: &[&[u8]], f: impl FnMut(usize, &[u8])) -> Result<(), StoreError> {
+        self.view().get_many(keys, f)
+    }
+
     /// Visits the entries of the working tree from the first key not below `from`, in key
     /// order, while `f` returns true.
     pub fn scan_from(
@@ -836,6 +856,87 @@ impl View<'_> {
             }
             return Ok(None);
         }
+    }
+
+    /// `get` of many keys: visits them in key order (sorting a copy of their indices), so
+    /// that neighbouring keys walk the same branch pages one after the other, and a key that
+    /// lands in the same leaf as the one before resumes that leaf's scan where it stopped
+    /// instead of parsing the leaf from its start again. The keys descend in groups, one level
+    /// at a time, each step prefetching the line the next one reads: a lookup is a chain of
+    /// dependent cache misses (branch pages, then the leaf), and a group waits for its misses
+    /// together instead of one after another.
+    fn get_many(&self, keys: &[&[u8]], mut f: impl FnMut(usize, &[u8])) -> Result<(), StoreError> {
+        // Measured at 5M accounts (readback example): groups of 32; the leaf two keys ahead
+        // prefetched over its first 18 lines (the scan runs from the start of the leaf, and
+        // keys are uniform, so it ends on average halfway through) while a key scans its own.
+        const GROUP: usize = 32;
+        const LEAF_AHEAD: usize = 2;
+        const LEAF_LINES: usize = 16;
+        for k in keys {
+            if k.is_empty() || k.len() > MAX_KEY {
+                return Err(StoreError::BadKey(k.len()));
+            }
+        }
+        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| keys[a as usize].cmp(keys[b as usize]));
+        // The leaf of the previous key and its entries from the first one not below that key.
+        let mut at: Option<(u32, LeafEntries)> = None;
+        for group in order.chunks(GROUP) {
+            // Page reached by each key of the group and its depth there.
+            let mut ids = [(self.root, 0usize); GROUP];
+            loop {
+                let mut descended = false;
+                for (&i, (id, depth)) in group.iter().zip(&mut ids) {
+                    if *id == 0 || self.kind(*id)? != BRANCH {
+                        continue;
+                    }
+                    let key = keys[i as usize];
+                    *id = self.child(*id, slot(key, *depth));
+                    *depth += 1;
+                    // The next step reads the page's kind, then a child slot or the first
+                    // entries.
+                    self.pages.prefetch(*id, 0);
+                    self.pages.prefetch(*id, HEADER + 4 * slot(key, *depth));
+                    self.pages.prefetch(*id, 64);
+                    descended = true;
+                }
+                if !descended {
+                    break;
+                }
+            }
+            for (j, (&i, &(id, _))) in group.iter().zip(&ids).enumerate() {
+                if let Some(&(next, _)) = ids.get(j + LEAF_AHEAD) {
+                    for line in 2..2 + LEAF_LINES {
+                        self.pages.prefetch(next, 64 * line);
+                    }
+                }
+                if id == 0 {
+                    continue;
+                }
+                let key = keys[i as usize];
+                let mut entries = match at.take() {
+                    Some((leaf, entries)) if leaf == id => entries,
+                    _ => LeafEntries::new(id, self.page(id)),
+                };
+                loop {
+                    let here = entries.clone();
+                    let Some(e) = entries.next() else {
+                        at = Some((id, here));
+                        break;
+                    };
+                    let (k, v) = e?;
+                    match cmp_keys(k, key) {
+                        std::cmp::Ordering::Less => continue,
+                        std::cmp::Ordering::Equal => f(i as usize, v),
+                        std::cmp::Ordering::Greater => {}
+                    }
+                    // The next key is not below this one: it starts at this entry again.
+                    at = Some((id, here));
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn scan_from(
@@ -1755,6 +1856,76 @@ mod tests {
             "{grew_held} then {grew_after}"
         );
         w.check().unwrap();
+    }
+
+    #[test]
+    fn get_many_equals_get_for_keys_in_any_order() {
+        // Keys of 32, 48 and 64 bytes sharing prefixes (as accounts and their slots do), so
+        // that many land in one leaf and the leaf scans resume; several commits so that the
+        // tree has branch levels above multi-slot leaves.
+        let mut s = Store::open(None).unwrap();
+        let keys: Vec<Vec<u8>> = (0..20_000u32)
+            .map(|i| {
+                let h = keccak256(&(i / 3).to_le_bytes());
+                [h, keccak256(&i.to_le_bytes())].concat()[..(i as usize % 3) * 16 + 32].to_vec()
+            })
+            .collect();
+        for (b, chunk) in keys.chunks(5000).enumerate() {
+            s.apply(
+                chunk
+                    .iter()
+                    .map(|k| Op::Put(k.clone(), vec![b as u8; k[0] as usize % 200]))
+                    .collect(),
+            )
+            .unwrap();
+            s.commit(b as u64, [0; 32], CommitLevel::None).unwrap();
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for round in 0..40 {
+            // Present keys, absent ones (a present key's prefix, extension or changed last
+            // byte), repeats, in random order; batches from 1 key to thousands.
+            let n = [1, 2, 31, 33, 500, 4000][round % 6];
+            let probe: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let k = &keys[rng.gen_range(0..keys.len())];
+                    match rng.gen_range(0..5) {
+                        0 => k[..k.len() - 1].to_vec(),
+                        1 => [&k[..], &[0][..]].concat(),
+                        2 => {
+                            let mut k = k.clone();
+                            *k.last_mut().unwrap() ^= 1;
+                            k
+                        }
+                        _ => k.clone(),
+                    }
+                })
+                .collect();
+            let refs: Vec<&[u8]> = probe.iter().map(|k| &k[..]).collect();
+            let mut got = vec![None; n];
+            let mut calls = 0;
+            s.get_many(&refs, |i, v| {
+                assert!(got[i].is_none(), "key {i} reported twice");
+                got[i] = Some(v.to_vec());
+                calls += 1;
+            })
+            .unwrap();
+            let want: Vec<Option<Vec<u8>>> = probe.iter().map(|k| s.get(k).unwrap()).collect();
+            assert_eq!(got, want);
+            assert_eq!(calls, want.iter().flatten().count());
+        }
+        // A snapshot-less empty store and bad keys.
+        let empty = Store::open(None).unwrap();
+        empty
+            .get_many(&[&[1u8; 32][..]], |_, _| panic!("nothing stored"))
+            .unwrap();
+        assert!(matches!(
+            s.get_many(&[&[1u8; 32][..], &[][..]], |_, _| {}),
+            Err(StoreError::BadKey(0))
+        ));
+        assert!(matches!(
+            s.get_many(&[&[1u8; MAX_KEY + 1][..]], |_, _| {}),
+            Err(StoreError::BadKey(66))
+        ));
     }
 
     #[test]
