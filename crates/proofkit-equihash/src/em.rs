@@ -973,6 +973,8 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     alloc: &mut Alloc,
     lay: &mut Layer,
 ) -> bool {
+    let mut local = mem.reborrow();
+    let mem = &mut local;
     let p = gen.params();
     let (bb, hw) = if SPEC {
         (BB, HW)
@@ -1156,6 +1158,8 @@ fn merge<
     s: &mut Work,
     buckets: Range<usize>,
 ) -> io::Result<bool> {
+    let mut local = mem.reborrow();
+    let mem = &mut local;
     let (c, bb) = if SPEC { (C, BB) } else { (plan.c, plan.bb) };
     let rb = c - bb;
     let pair_bits = if SPEC { 32 - BB } else { geo.pair_bits };
