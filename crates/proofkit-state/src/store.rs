@@ -848,7 +848,7 @@ impl View<'_> {
             // Records are sorted: stop at the first key not below the one sought.
             for e in LeafEntries::new(id, self.page(id)) {
                 let (k, v) = e?;
-                match k.cmp(key) {
+                match cmp_keys(k, key) {
                     std::cmp::Ordering::Less => {}
                     std::cmp::Ordering::Equal => return Ok(Some(v.to_vec())),
                     std::cmp::Ordering::Greater => break,
