@@ -31,6 +31,17 @@
 //! bit) are not kept.
 #![deny(unsafe_code)]
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+/// Without x86-64 the portable kernel only.
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    pub(super) fn available() -> bool {
+        false
+    }
+    pub(super) use super::{fill_layer0, merge};
+}
+
 use crate::hash::{HashGen, BLOCK_BYTES};
 use proofkit_core::memory::{LargeBuffer, PagePolicy};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,6 +127,21 @@ pub(crate) fn for_each_string(
     last_mask: u32,
     mut f: impl FnMut(u64, usize, &[u32; MAX_WORDS]) -> bool,
 ) -> bool {
+    let mut words = [0u32; MAX_WORDS];
+    for_each_string_bytes(gen, blocks, |index, bytes| {
+        let b = split_string(bytes, bb, hw, last_mask, &mut words);
+        f(index, b, &words)
+    })
+}
+
+/// As [`for_each_string`], calling `f(index, bytes)` with the string's first 48 bytes (bytes
+/// past the string are those of the next string or zero).
+#[inline(always)]
+fn for_each_string_bytes(
+    gen: &HashGen,
+    blocks: std::ops::Range<usize>,
+    mut f: impl FnMut(u64, &[u8]) -> bool,
+) -> bool {
     const BATCH: usize = 64;
     let p = gen.params();
     let per = p.indices_per_hash() as usize;
@@ -123,7 +149,6 @@ pub(crate) fn for_each_string(
     let total = p.num_indices();
     let mut buf = vec![[0u8; BLOCK_BYTES]; BATCH];
     let mut padded = [0u8; BLOCK_BYTES + 48];
-    let mut words = [0u32; MAX_WORDS];
     let mut g = blocks.start;
     while g < blocks.end {
         let m = (blocks.end - g).min(BATCH);
@@ -135,8 +160,7 @@ pub(crate) fn for_each_string(
                 if index >= total {
                     break;
                 }
-                let b = split_string(&padded[s * sl..s * sl + 48], bb, hw, last_mask, &mut words);
-                if !f(index, b, &words) {
+                if !f(index, &padded[s * sl..s * sl + 48]) {
                     return false;
                 }
             }
@@ -200,6 +224,8 @@ pub(crate) struct Plan {
     pub(crate) hw: Vec<usize>,
     /// Slot stride (u32 words) of heap 0 and heap 1.
     sw: [usize; 2],
+    /// Merge with the portable row kernel even where the AVX-512 one runs (tests).
+    portable: bool,
 }
 
 pub(crate) fn pair_code(a: usize, b: usize) -> u32 {
@@ -270,6 +296,7 @@ impl Plan {
                 extra,
                 hw,
                 sw,
+                portable: false,
             });
         }
         None
@@ -300,6 +327,7 @@ impl Plan {
             extra: 0,
             hw,
             sw: [0, 0],
+            portable: false,
         })
     }
 
@@ -344,7 +372,10 @@ impl Plan {
 
 /// Rows of one layer and thread past their region's capacity: records of
 /// `[bucket, id, tree, hash words...]`, sorted by bucket once the layer is complete.
+/// Aligned to a cache line: the threads' stores sit side by side in a `Vec`, and each push
+/// writes its length (two threads pushing to one line would pass it back and forth).
 #[derive(Default)]
+#[repr(align(64))]
 struct Overflow {
     stride: usize,
     recs: Vec<u32>,
@@ -607,8 +638,10 @@ fn layer0(gen: &HashGen, plan: &Plan, h: &mut Heaps) -> bool {
             counts.fill(0);
             let range = t * blocks / th..(t + 1) * blocks / th;
             // (200,9)'s widths as constants (the bit extraction then uses immediate shifts).
-            let fill = match (plan.bb, plan.hw[0]) {
-                (10, 6) => fill_layer0::<10, 6, true>,
+            let simd = avx512::available() && !plan.portable;
+            let fill = match (plan.bb, plan.hw[0], simd) {
+                (10, 6, true) => avx512::fill_layer0::<10, 6, true>,
+                (10, 6, false) => fill_layer0::<10, 6, true>,
                 _ => fill_layer0::<0, 0, false>,
             };
             if !fill(gen, plan, t, range, region, counts, ovf) {
@@ -638,8 +671,36 @@ fn place(plan: &Plan, t: usize, counts: &mut [u32], b: usize) -> Result<usize, O
     }
 }
 
+/// [`fill_layer0_with`] with the portable kernel.
 #[allow(clippy::too_many_arguments)]
 fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
+    gen: &HashGen,
+    plan: &Plan,
+    t: usize,
+    blocks: std::ops::Range<usize>,
+    region: &mut [u32],
+    counts: &mut [u32],
+    ovf: &mut Overflow,
+) -> bool {
+    let c = if SPEC { BB } else { plan.bb };
+    fill_layer0_with::<BB, HW, SPEC, Portable>(
+        Portable { c },
+        gen,
+        plan,
+        t,
+        blocks,
+        region,
+        counts,
+        ovf,
+    )
+}
+
+/// Layer 0 of thread `t`: the strings of hash blocks `blocks` into its region. Always
+/// inlined, so that `avx512`'s instance is compiled with its target features.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fill_layer0_with<const BB: u32, const HW: usize, const SPEC: bool, K: RowKernel>(
+    kern: K,
     gen: &HashGen,
     plan: &Plan,
     t: usize,
@@ -663,6 +724,24 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
         u32::MAX << (32 - row_bits % 32)
     };
     let mut ok = true;
+    if SPEC {
+        // Ruled out once here rather than per row: the kernel's stores stay inside a slot.
+        assert!(HW <= sw && tw < sw, "slot layout");
+        for_each_string_bytes(gen, blocks, |index, bytes| {
+            let (row, b) = kern.string_row::<HW>(bytes, last_mask);
+            match place(plan, t, counts, b) {
+                Ok(slot) => {
+                    let at = (b * cap + slot) * sw;
+                    kern.store_slot::<HW>(&mut region[at..at + sw], row, index as u32, tw);
+                    prefetch_next_rows(region, at);
+                }
+                Err(Some(id)) => ovf.push(b, id, index as u32, &kern.words(row)[..HW]),
+                Err(None) => ok = false,
+            }
+            true
+        });
+        return ok;
+    }
     for_each_string(gen, blocks, bb, hw, last_mask, |index, b, words| {
         match place(plan, t, counts, b) {
             Ok(slot) => {
@@ -730,12 +809,19 @@ fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
             },
         )
     };
+    // The AVX-512 row kernel where the CPU has it (for the named parameter sets, whose
+    // slots are at most 8 words).
+    let simd = avx512::available() && !plan.portable;
+    let spec = |portable: MergeFn, vector: MergeFn| if simd { vector } else { portable };
     // Digit and bucket widths as constants for the named parameter sets (the shifts then
     // compile to immediates), read from the plan otherwise.
     macro_rules! go {
         ($(($c:literal $b:literal $si:literal $so:literal): $($i:literal $o:literal),*;)*) => {
             match (plan.c, plan.bb, si, so, wi, wo) {
-                $($(($c, $b, $si, $so, $i, $o) => run(merge::<$i, $o, $c, $b, true, $si, $so>),)*)*
+                $($(($c, $b, $si, $so, $i, $o) => run(spec(
+                    merge::<$i, $o, $c, $b, true, $si, $so>,
+                    avx512::merge::<$i, $o, $c, $b, true, $si, $so>,
+                )),)*)*
                 (_, _, _, _, 1, 1) => run(merge::<1, 1, 0, 0, false, 0, 0>),
                 (_, _, _, _, 2, 1) => run(merge::<2, 1, 0, 0, false, 0, 0>),
                 (_, _, _, _, 2, 2) => run(merge::<2, 2, 0, 0, false, 0, 0>),
@@ -892,9 +978,84 @@ fn row_at<const W: usize>(heap: &[u32], ovf_rows: &[u32], loc: u32) -> [u32; W] 
 
 type MergeFn = fn(&Input, usize, &mut [u32], &mut [u32], &mut Overflow) -> bool;
 
-/// Merges thread `t`'s buckets of layer `r` into its region of layer `r + 1`. `SPEC`: the
-/// digit bits `C`, bucket bits `BB` and slot strides `SI` (layer r) and `SO` (layer r+1) are
-/// those of the plan, so that shifts are immediates and a slot access is one bounds check.
+/// The row arithmetic of [`merge`]'s second phase: the XOR of two rows of `WI` words, shifted
+/// left by the digit's `c` bits into the next layer's `WO` words, and the store of such a row
+/// with its tree word into a slot. [`Portable`] works on words; `avx512::Avx512` on one
+/// 256-bit register (masked loads and stores), chosen at run time.
+trait RowKernel: Copy {
+    /// A row of the next layer (its first `WO` words matter).
+    type Row: Copy;
+    /// The next layer's row from rows `a` and `b` (`WI` words each, equal on the rest of
+    /// the digit) and the XOR's first word, or `None` for identical rows.
+    fn xor_next<const WI: usize, const WO: usize>(
+        self,
+        a: &[u32],
+        b: &[u32],
+    ) -> Option<(Self::Row, u32)>;
+    /// Writes `y`'s `WO` words to the start of `dst` and `tree` to `dst[tw]`, leaving the
+    /// other words (older layers' tree words) as they are.
+    fn store_slot<const WO: usize>(self, dst: &mut [u32], y: Self::Row, tree: u32, tw: usize);
+    /// `y`'s words.
+    fn words(self, y: Self::Row) -> [u32; MAX_WORDS];
+    /// Layer 0's row of a string whose first 48 bytes are `bytes` (the `HW` words after the
+    /// leading `c` bits, the last ANDed with `last_mask`) and its bucket (the leading `c`
+    /// bits); `c` is the bucket bits here.
+    fn string_row<const HW: usize>(self, bytes: &[u8], last_mask: u32) -> (Self::Row, usize);
+}
+
+/// [`RowKernel`] on plain words, for every CPU (and under `PROOFKIT_FORCE_PORTABLE=1`).
+#[derive(Clone, Copy)]
+struct Portable {
+    /// Digit bits c.
+    c: u32,
+}
+
+impl RowKernel for Portable {
+    type Row = [u32; MAX_WORDS];
+
+    #[inline(always)]
+    fn xor_next<const WI: usize, const WO: usize>(
+        self,
+        a: &[u32],
+        b: &[u32],
+    ) -> Option<(Self::Row, u32)> {
+        // One word past the row stays zero, so that the last output word takes zeros.
+        let mut x = [0u32; MAX_WORDS + 1];
+        for w in 0..WI {
+            x[w] = a[w] ^ b[w];
+        }
+        // The rows agree on the rest of the digit (the leading bits of word 0), so they are
+        // identical when every word of the XOR is zero; the last word almost never is.
+        if x[WI - 1] == 0 && x[..WI - 1].iter().fold(0, |a, &w| a | w) == 0 {
+            return None;
+        }
+        let mut y = [0u32; MAX_WORDS];
+        for w in 0..WO {
+            y[w] = (x[w] << self.c) | (x[w + 1] >> (32 - self.c));
+        }
+        Some((y, x[0]))
+    }
+
+    #[inline(always)]
+    fn store_slot<const WO: usize>(self, dst: &mut [u32], y: Self::Row, tree: u32, tw: usize) {
+        dst[..WO].copy_from_slice(&y[..WO]);
+        dst[tw] = tree;
+    }
+
+    #[inline(always)]
+    fn words(self, y: Self::Row) -> [u32; MAX_WORDS] {
+        y
+    }
+
+    #[inline(always)]
+    fn string_row<const HW: usize>(self, bytes: &[u8], last_mask: u32) -> (Self::Row, usize) {
+        let mut words = [0u32; MAX_WORDS];
+        let b = split_string(bytes, self.c, HW, last_mask, &mut words);
+        (words, b)
+    }
+}
+
+/// [`merge`] with the portable row kernel.
 fn merge<
     const WI: usize,
     const WO: usize,
@@ -904,6 +1065,40 @@ fn merge<
     const SI: usize,
     const SO: usize,
 >(
+    ins: &Input,
+    t: usize,
+    region: &mut [u32],
+    counts: &mut [u32],
+    ovf_out: &mut Overflow,
+) -> bool {
+    let c = if SPEC { C } else { ins.plan.c };
+    merge_with::<WI, WO, C, BB, SPEC, SI, SO, Portable>(
+        Portable { c },
+        ins,
+        t,
+        region,
+        counts,
+        ovf_out,
+    )
+}
+
+/// Merges thread `t`'s buckets of layer `r` into its region of layer `r + 1`. `SPEC`: the
+/// digit bits `C`, bucket bits `BB` and slot strides `SI` (layer r) and `SO` (layer r+1) are
+/// those of the plan, so that shifts are immediates and a slot access is one bounds check.
+/// Always inlined, so that `avx512`'s instance is compiled with its target features.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn merge_with<
+    const WI: usize,
+    const WO: usize,
+    const C: u32,
+    const BB: u32,
+    const SPEC: bool,
+    const SI: usize,
+    const SO: usize,
+    K: RowKernel,
+>(
+    kern: K,
     ins: &Input,
     t: usize,
     region: &mut [u32],
@@ -930,21 +1125,32 @@ fn merge<
     let mut pairs = vec![0u32; 2 * plan.ids()];
     let mut ok = true;
     let heap = ins.heap;
-    // Shifts of the output bucket bits and the next row out of the XOR.
+    // Shift of the output bucket bits out of the XOR's first word.
     let ob_shift = 32 - bb.max(1);
-    let (cs, cr) = (c, 32 - c);
     let nb = plan.nb();
     // Row `at` (word offset of a heap slot, or an overflow copy).
-    let row = |ovf_rows: &[u32], at: u32| -> [u32; WI] {
-        let src = if at & IN_OVERFLOW == 0 {
+    #[inline(always)]
+    fn row_in<'a, const WI: usize>(
+        heap: &'a [u32],
+        si: usize,
+        ovf: &'a [u32],
+        at: u32,
+    ) -> &'a [u32] {
+        if at & IN_OVERFLOW == 0 {
             let at = at as usize;
             &heap[at..at + si][..WI]
         } else {
             let l = (at & !IN_OVERFLOW) as usize;
-            &ovf_rows[l..l + WI]
-        };
-        src.try_into().expect("WI words")
+            &ovf[l..l + WI]
+        }
+    }
+    let row = |ovf_rows: &[u32], at: u32| -> [u32; WI] {
+        row_in::<WI>(heap, si, ovf_rows, at)
+            .try_into()
+            .expect("WI words")
     };
+    // Ruled out once here rather than per row: the kernels' stores stay inside a slot.
+    assert!(WO <= so && tw < so && WI <= MAX_WORDS, "slot layout");
     for b in bucket_range(plan, t) {
         chains.clear(rb);
         let bucket_tag = if bb == 0 { 0 } else { (b as u32) << pair_bits };
@@ -984,24 +1190,25 @@ fn merge<
         // Phase 2: merge every listed pair (a predictable loop).
         for &p in &pairs[..np] {
             let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
-            let rowa = row(&ovf_rows, chains.at(qi));
-            let rowb = row(&ovf_rows, chains.at(id));
-            let Some((x, ob)) = merge_rows(&rowa, &rowb, rb, bb, ob_shift) else {
+            let rowa = row_in::<WI>(heap, si, &ovf_rows, chains.at(qi));
+            let rowb = row_in::<WI>(heap, si, &ovf_rows, chains.at(id));
+            let Some((y, x0)) = kern.xor_next::<WI, WO>(rowa, rowb) else {
                 continue;
             };
-            // Word w of the XOR, zero past the row.
-            let xw = |w: usize| if w < WI { x[w] } else { 0 };
+            // The next bucket: the B bits after the rest of the digit, all in the XOR's
+            // first word (c < 32).
+            let ob = if bb == 0 {
+                0
+            } else {
+                ((x0 << rb) >> ob_shift) as usize
+            };
             // Ids come in increasing order, so qi < id.
             let tree = bucket_tag | pair_code(qi, id);
             let slot = counts[ob];
             counts[ob] = slot + 1;
             if slot < cap {
                 let oat = (ob * cap as usize + slot as usize) * so;
-                let dst = &mut region[oat..oat + so];
-                for w in 0..WO {
-                    dst[w] = (x[w] << cs) | (xw(w + 1) >> cr);
-                }
-                dst[tw] = tree;
+                kern.store_slot::<WO>(&mut region[oat..oat + so], y, tree, tw);
                 prefetch_next_rows(region, oat);
             } else {
                 let j = (slot - cap) as usize;
@@ -1009,12 +1216,8 @@ fn merge<
                     ok = false;
                     continue;
                 }
-                let mut y = [0u32; MAX_WORDS];
-                for w in 0..WO {
-                    y[w] = (x[w] << cs) | (xw(w + 1) >> cr);
-                }
                 let oid = plan.spb() + t * plan.extra + j;
-                ovf_out.push(ob, oid, tree, &y[..WO]);
+                ovf_out.push(ob, oid, tree, &kern.words(y)[..WO]);
             }
         }
     }
@@ -1132,6 +1335,37 @@ mod tests {
                 assert_eq!(got, want, "nonce {nonce} threads {threads}");
                 plan.extra = 4;
                 assert!(solve(&gen, &plan, &mut None).is_none());
+            }
+        }
+    }
+
+    /// The AVX-512 row kernel (where the CPU has it) and the portable one give the same
+    /// candidates in the same order, hence the same solutions, on the parameter sets with
+    /// compile-time widths, one and two threads.
+    #[test]
+    fn row_kernels_give_the_same_candidates() {
+        if !avx512::available() {
+            println!("skipped: CPU lacks avx512f/avx512vl (or PROOFKIT_FORCE_PORTABLE is set)");
+            return;
+        }
+        for (n, k, nonces) in [(48, 5, 0..6u128), (96, 5, 0..3), (200, 9, 0..1)] {
+            let p = crate::Params::new(n, k).unwrap();
+            for nonce in nonces {
+                let gen =
+                    crate::HashGen::new(p, b"ZcashPoW", b"kernels", &crate::nonce_from_int(nonce))
+                        .unwrap();
+                for threads in [1, 2] {
+                    let mut plan = Plan::new(p, threads).unwrap();
+                    let simd = solve(&gen, &plan, &mut None).expect("fits");
+                    plan.portable = true;
+                    let port = solve(&gen, &plan, &mut None).expect("fits");
+                    assert_eq!(
+                        simd.cands, port.cands,
+                        "({n},{k}) nonce {nonce} threads {threads}"
+                    );
+                    assert_eq!(simd.rows, port.rows);
+                    assert_eq!(simd.repeated, port.repeated);
+                }
             }
         }
     }

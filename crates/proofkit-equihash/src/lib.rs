@@ -13,7 +13,7 @@
 //!   memory, index pointers in a temporary file), also `full`'s and `pr`'s for (144,5) and
 //!   (192,7) with the index pointers in memory; multi-threaded;
 //! * `pool`: `em`'s chunk pool shared by its threads (unsafe code, as are `lanes`'
-//!   AVX-512 intrinsics);
+//!   AVX-512 intrinsics and `fast::avx512`'s row arithmetic);
 //! * [`spill`]: the `em` mode's temporary file.
 //!
 //! The memory modes follow "Memory Optimizations of Wagner's Algorithm with Applications to
