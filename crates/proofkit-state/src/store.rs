@@ -1,11 +1,11 @@
-//! A copy-on-write page store on one memory-mapped file: an ordered map from keys of 1 to 64
+//! A copy-on-write page store on one memory-mapped file: an ordered map from keys of 1 to 65
 //! bytes (here keccak256(address), and keccak256(address) ++ keccak256(slot)) to values of up to
-//! 255 bytes, kept as a radix tree of 4 KiB pages that routes on one key byte per level.
+//! 2,048 bytes, kept as a radix tree of 4 KiB pages that routes on one key byte per level.
 //!
 //! File layout (all integers little-endian):
 //! ```text
 //! page 0, page 1: meta (written alternately; the valid one with the higher generation wins)
-//!   0..8    magic "PKSTATE\0"      8..12  version = 2      12..16 page size = 4096
+//!   0..8    magic "PKSTATE\0"      8..12  version = 3      12..16 page size = 4096
 //!   16..24  generation             24..32 block number     32..64 state root
 //!   64..68  root page (0 = empty)  68..72 page count (high-water mark)
 //!   72..76  first free-list page (0 = none)                76..80 free pages listed
@@ -15,10 +15,19 @@
 //!   run of neighbouring slots may share one leaf page (a leaf covers a range of slots, so
 //!   splitting a full leaf does not scatter it into 256 near-empty pages); a branch child has a
 //!   slot of its own
-//! leaf page:   0 kind = 2 | 1 depth | 2..4 count u16 | 4..8 zero | entries, sorted by key:
-//!   [key_len u8][value_len u16][key][value] ...
+//! leaf page:   0 kind = 2 | 1 depth | 2..4 count u16 | 4..8 zero | entries, sorted by key,
+//!   each key stored as the bytes it does not share with the key before it (the first in full):
+//!   [shared u8][literal_len u8, | 0x80 with a zero run][value_len: 1 byte under 0x80, else
+//!   0x80 | high, low][zeros u8, with a zero run][literal][value]; the key is the previous key's
+//!   first `shared` bytes, then the literal bytes, with a zero run `zeros` zero bytes inserted
+//!   before the literal's last byte (trie records' keys are zero-padded paths and a length)
 //! free-list page: 0 kind = 3 | 1..4 zero | 4..8 count u32 | 8..12 next page | 12.. count x u32
 //! ```
+//!
+//! Keys in a leaf share long prefixes: the bytes the radix routed to it, a slot key repeats its
+//! account's 32-byte hash, a trie record's key the path of the accounts beside it; version 2
+//! stored every key in full (~38 bytes more per account of the Paprika workload). A leaf is read
+//! from its start anyway (no offset table), so the prefix compression costs lookups no seek.
 //!
 //! Copy-on-write: a change never writes a page a committed root still in use can reach; changed
 //! pages are written to pages from the free list or past the high-water mark, and the old ones are
@@ -50,12 +59,12 @@ use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 const MAGIC: [u8; 8] = *b"PKSTATE\0";
-const VERSION: u32 = 2;
+/// The store format; version 2 (keys in full in leaf pages) is refused at open.
+const VERSION: u32 = 3;
 const BRANCH: u8 = 1;
 const LEAF: u8 = 2;
 const FREE_LIST: u8 = 3;
 const HEADER: usize = 8;
-const ENTRY_HEADER: usize = 3;
 const FANOUT: usize = 257;
 /// Page ids one free-list page holds.
 const FREE_PER_PAGE: usize = (PAGE - 12) / 4;
@@ -100,9 +109,9 @@ pub enum StoreError {
     NotAStore(String),
     #[error("corrupt store: {0}")]
     Corrupt(String),
-    #[error("key of {0} bytes (1 to 64 allowed)")]
+    #[error("key of {0} bytes (1 to 65 allowed)")]
     BadKey(usize),
-    #[error("value of {0} bytes (at most 255 allowed)")]
+    #[error("value of {0} bytes (at most 2048 allowed)")]
     BadValue(usize),
     #[error("the store is full (its address-space reservation or 2^32 pages)")]
     Full,
@@ -150,17 +159,23 @@ impl Meta {
         page[80..112].copy_from_slice(&sum);
     }
 
-    /// The meta in `page`, or `None` when torn or never written.
-    fn read(page: &[u8]) -> Option<Meta> {
+    /// The meta in `page`: `Ok(None)` when torn or never written, an error when it is intact
+    /// but of another format version or page size (a store this build cannot read).
+    fn read(page: &[u8]) -> Result<Option<Meta>, StoreError> {
         if page[0..8] != MAGIC || keccak256(&page[0..80])[..] != page[80..112] {
-            return None;
+            return Ok(None);
         }
         let u32_at = |o: usize| u32::from_le_bytes(page[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(page[o..o + 8].try_into().expect("8 bytes"));
         if u32_at(8) != VERSION || u32_at(12) != PAGE as u32 {
-            return None;
+            return Err(StoreError::NotAStore(format!(
+                "store format version {} with {}-byte pages; this build reads version {VERSION} \
+                 with {PAGE}-byte pages (rebuild the store from its source)",
+                u32_at(8),
+                u32_at(12)
+            )));
         }
-        Some(Meta {
+        Ok(Some(Meta {
             generation: u64_at(16),
             block_number: u64_at(24),
             state_root: page[32..64].try_into().expect("32 bytes"),
@@ -168,7 +183,7 @@ impl Meta {
             page_count: u32_at(68),
             free_head: u32_at(72),
             free_count: u32_at(76),
-        })
+        }))
     }
 }
 
@@ -213,6 +228,9 @@ pub struct CheckReport {
     pub leaf_pages: u64,
     pub free_pages: u64,
     pub entries: u64,
+    /// Bytes the encoded entries take in the leaf pages (their fill: this over the pages'
+    /// room past the header).
+    pub leaf_bytes: u64,
 }
 
 pub struct Store {
@@ -238,7 +256,7 @@ pub struct Store {
     fresh: Vec<u32>,
     stats: CommitStats,
     /// See [`Store::take_scratch`].
-    scratch: Option<Box<[u8; PAGE]>>,
+    scratch: Option<Decoded>,
 }
 
 /// A committed root kept readable: its pages are not reused while the snapshot is alive, so it
@@ -338,11 +356,74 @@ fn runs(children: &[u32; FANOUT]) -> impl Iterator<Item = (usize, usize, u32)> +
     })
 }
 
-/// Bytes a list of entries takes in a leaf page.
-fn entries_size(entries: &[(&[u8], &[u8])]) -> usize {
-    entries
+/// How the suffix of a key (the bytes it does not share with the key before it) is stored:
+/// (literal bytes, zero bytes left out before its last byte). A trie record's key is a path
+/// padded with zeros and then its length, `pad(p) ++ [len(p)]`: storing the run of zeros as a
+/// count saves ~25 of its 33 bytes.
+#[inline]
+fn suffix_code(suffix: &[u8]) -> (usize, usize) {
+    let m = suffix.len();
+    if m < 3 {
+        return (m, 0);
+    }
+    let zeros = suffix[..m - 1]
         .iter()
-        .map(|(k, v)| ENTRY_HEADER + k.len() + v.len())
+        .rev()
+        .take_while(|&&b| b == 0)
+        .count();
+    if zeros < 2 {
+        (m, 0)
+    } else {
+        (m - zeros, zeros)
+    }
+}
+
+/// Bytes of an entry whose key's suffix (after the bytes shared with the key before it) is
+/// `suffix`.
+#[inline]
+fn entry_len(suffix: &[u8], value_len: usize) -> usize {
+    let (literal, zeros) = suffix_code(suffix);
+    let value_len_bytes = if value_len < 0x80 { 1 } else { 2 };
+    2 + value_len_bytes + usize::from(zeros > 0) + literal + value_len
+}
+
+/// Length of the common prefix of `a` and `b`.
+#[inline]
+fn shared_len(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    // Eight bytes at a time: hashed keys differ early, but a slot key shares 32 bytes with its
+    // account's key.
+    while i + 8 <= n {
+        let x = u64::from_be_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return i + (x ^ y).leading_zeros() as usize / 8;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// Bytes entry `i` of a sorted list takes in a leaf that holds entry `i - 1` before it.
+#[inline]
+fn entry_len_after(entries: &[(&[u8], &[u8])], i: usize) -> usize {
+    let (k, v) = entries[i];
+    let shared = if i > 0 {
+        shared_len(entries[i - 1].0, k)
+    } else {
+        0
+    };
+    entry_len(&k[shared..], v.len())
+}
+
+/// Bytes a sorted list of entries takes as one leaf page's entries.
+fn entries_size(entries: &[(&[u8], &[u8])]) -> usize {
+    (0..entries.len())
+        .map(|i| entry_len_after(entries, i))
         .sum()
 }
 
@@ -350,25 +431,27 @@ const LEAF_CAPACITY: usize = PAGE - HEADER;
 /// A leaf rewritten with fewer bytes than this is merged with a neighbouring leaf.
 const MERGE_BELOW: usize = LEAF_CAPACITY / 4;
 
-/// Where to split a run of groups (their byte sizes, each at most a page) into leaves: the
-/// index of each leaf's first group. The fewest leaves that hold the run, with the largest as
-/// small as it can be, so the leaves come out of about equal size. Filling each leaf up to
+/// Where to split a run of groups into leaves: the index of each leaf's first group. A group
+/// is (its bytes after the group before it, the bytes more it takes at the start of a leaf,
+/// where its first key is stored in full); a group starting a leaf fits in a page. The fewest
+/// leaves that hold the run, with the largest as small as it can be, so the leaves come out of
+/// about equal size. Filling each leaf up to
 /// the average instead left a remainder of a group or two in a leaf of its own (so a full
 /// leaf split in two halves and a near-empty third), which then filled only as slowly as its
 /// few slots were written.
-fn split_groups(sizes: &[usize]) -> Vec<usize> {
+fn split_groups(sizes: &[(usize, usize)]) -> Vec<usize> {
     // Greedy cuts with leaves of at most `limit` bytes (None: more than `most` leaves).
     let cut = |limit: usize, most: usize| -> Option<Vec<usize>> {
         let mut cuts = vec![0];
-        let mut fill = 0;
-        for (g, &size) in sizes.iter().enumerate() {
+        let mut fill = sizes.first().map_or(0, |g| g.1);
+        for (g, &(size, lead)) in sizes.iter().enumerate() {
             // A group larger than the limit gets a leaf of its own rather than an empty one.
-            if fill > 0 && fill + size > limit {
+            if g > 0 && fill + size > limit {
                 if cuts.len() == most {
                     return None;
                 }
                 cuts.push(g);
-                fill = 0;
+                fill = lead;
             }
             fill += size;
         }
@@ -382,7 +465,7 @@ fn split_groups(sizes: &[usize]) -> Vec<usize> {
     }
     // The smallest limit that still gives `fewest` leaves lies between the average and a
     // page; the greedy count only falls as the limit grows, so bisect.
-    let total: usize = sizes.iter().sum();
+    let total: usize = sizes.iter().map(|g| g.0).sum();
     let (mut below, mut fits) = (total.div_ceil(fewest) - 1, LEAF_CAPACITY);
     while fits - below > 1 {
         let mid = below + (fits - below) / 2;
@@ -395,61 +478,283 @@ fn split_groups(sizes: &[usize]) -> Vec<usize> {
     cut(fits, fewest).expect("a page-sized limit fits in the fewest leaves")
 }
 
-/// The entries of a leaf page in order, bounds-checked: an overrun is an error item.
-#[derive(Clone)]
-struct LeafEntries<'a> {
-    id: u32,
-    page: &'a [u8],
-    left: usize,
+/// The header of an entry: where its key and value lie and how its key is rebuilt.
+#[derive(Clone, Copy)]
+struct EntryHeader {
+    shared: usize,
+    literal: usize,
+    zeros: usize,
+    value_len: usize,
+    /// Offset of the literal bytes (the value follows them).
     at: usize,
 }
 
-impl<'a> LeafEntries<'a> {
+impl EntryHeader {
+    fn key_len(&self) -> usize {
+        self.shared + self.literal + self.zeros
+    }
+    /// Offset past the entry.
+    fn end(&self) -> usize {
+        self.at + self.literal + self.value_len
+    }
+    /// Writes the key's suffix (after the shared bytes) from page `p` to the front of `out`.
+    #[inline]
+    fn suffix_into(&self, p: &[u8], out: &mut [u8]) {
+        let lit = &p[self.at..self.at + self.literal];
+        if self.zeros == 0 {
+            out[..self.literal].copy_from_slice(lit);
+        } else {
+            let n = self.literal - 1;
+            out[..n].copy_from_slice(&lit[..n]);
+            out[n..n + self.zeros].fill(0);
+            out[n + self.zeros] = lit[n];
+        }
+    }
+}
+
+/// The header of the entry at byte `o` of leaf page `id` (bytes `p`) after a key of
+/// `prev_len` bytes, bounds-checked against the page and the key lengths.
+#[inline(always)]
+fn entry_header(id: u32, p: &[u8], o: usize, prev_len: usize) -> Result<EntryHeader, StoreError> {
+    let bad = || StoreError::Corrupt(format!("leaf page {id}: malformed entry at byte {o}"));
+    if o + 3 > PAGE {
+        return Err(bad());
+    }
+    let (shared, literal, zero_run) = (p[o] as usize, (p[o + 1] & 0x7f) as usize, p[o + 1] >= 0x80);
+    let (value_len, mut at) = if p[o + 2] < 0x80 {
+        (p[o + 2] as usize, o + 3)
+    } else {
+        if o + 4 > PAGE {
+            return Err(bad());
+        }
+        (
+            (((p[o + 2] & 0x7f) as usize) << 8) | p[o + 3] as usize,
+            o + 4,
+        )
+    };
+    let mut zeros = 0;
+    if zero_run {
+        if at + 1 > PAGE || literal == 0 {
+            return Err(bad());
+        }
+        zeros = p[at] as usize;
+        at += 1;
+    }
+    let h = EntryHeader {
+        shared,
+        literal,
+        zeros,
+        value_len,
+        at,
+    };
+    if shared > prev_len
+        || h.key_len() == 0
+        || h.key_len() > MAX_KEY
+        || value_len > MAX_VALUE
+        || h.end() > PAGE
+    {
+        return Err(bad());
+    }
+    Ok(h)
+}
+
+/// The entries of a leaf page in order, each key rebuilt from the one before it into a buffer
+/// of the cursor's own (so a key lives until the next `advance`), bounds-checked: a malformed
+/// entry is an error, and the cursor then stays at the end.
+#[derive(Clone)]
+struct LeafCursor<'a> {
+    id: u32,
+    page: &'a [u8],
+    /// Entries not decoded yet.
+    left: usize,
+    /// Byte offset of the next entry.
+    at: usize,
+    key: [u8; MAX_KEY],
+    key_len: usize,
+    /// Bytes the current key shares with the one before it, as stored.
+    shared: usize,
+    value: &'a [u8],
+}
+
+impl<'a> LeafCursor<'a> {
+    /// A cursor before the first entry of leaf page `id` (bytes `page`).
     fn new(id: u32, page: &'a [u8]) -> Self {
-        LeafEntries {
+        LeafCursor {
             id,
             page,
             left: u16::from_le_bytes([page[2], page[3]]) as usize,
             at: HEADER,
+            key: [0; MAX_KEY],
+            key_len: 0,
+            shared: 0,
+            value: &[],
         }
     }
-}
 
-impl<'a> Iterator for LeafEntries<'a> {
-    type Item = Result<(&'a [u8], &'a [u8]), StoreError>;
-    fn next(&mut self) -> Option<Self::Item> {
+    /// Moves to the next entry; false past the last one.
+    #[inline]
+    fn advance(&mut self) -> Result<bool, StoreError> {
         if self.left == 0 {
-            return None;
+            return Ok(false);
         }
-        let (p, o) = (self.page, self.at);
-        let overrun = || StoreError::Corrupt(format!("leaf page {} overruns", self.id));
-        if o + ENTRY_HEADER > PAGE {
-            self.left = 0;
-            return Some(Err(overrun()));
-        }
-        let kl = p[o] as usize;
-        let vl = u16::from_le_bytes([p[o + 1], p[o + 2]]) as usize;
-        let end = o + ENTRY_HEADER + kl + vl;
-        if end > PAGE || kl == 0 || kl > MAX_KEY || vl > MAX_VALUE {
-            self.left = 0;
-            return Some(Err(overrun()));
-        }
+        let p = self.page;
+        let h = entry_header(self.id, p, self.at, self.key_len).inspect_err(|_| self.left = 0)?;
+        h.suffix_into(p, &mut self.key[h.shared..]);
+        self.key_len = h.key_len();
+        self.shared = h.shared;
+        self.value = &p[h.at + h.literal..h.end()];
+        self.at = h.end();
         self.left -= 1;
-        self.at = end;
-        let k = &p[o + ENTRY_HEADER..o + ENTRY_HEADER + kl];
-        Some(Ok((k, &p[o + ENTRY_HEADER + kl..end])))
+        Ok(true)
+    }
+
+    /// The key of the current entry.
+    #[inline]
+    fn key(&self) -> &[u8] {
+        &self.key[..self.key_len]
+    }
+
+    /// Bytes the entries up to the current one take.
+    fn bytes(&self) -> usize {
+        self.at - HEADER
     }
 }
 
-/// Visits the entries of leaf page `id` (its bytes `p`), checking their bounds.
-fn parse_leaf<'a>(
-    id: u32,
-    p: &'a [u8],
-    mut f: impl FnMut(&'a [u8], &'a [u8]),
-) -> Result<(), StoreError> {
-    for e in LeafEntries::new(id, p) {
-        let (k, v) = e?;
-        f(k, v);
+/// The value of `key` in leaf page `id` (bytes `p`), found without rebuilding the keys it
+/// passes: while scanning, `m` is how many bytes the current key shares with `key`, which it
+/// is below. An entry sharing more than `m` bytes with the key before it is below `key` too
+/// (it agrees with that key where it differs from `key`), one sharing fewer is above it (it
+/// differs from that key where that key agreed with `key`, upwards), and only one sharing
+/// exactly `m` needs its suffix compared.
+fn find_in_leaf<'a>(id: u32, p: &'a [u8], key: &[u8]) -> Result<Option<&'a [u8]>, StoreError> {
+    let left = u16::from_le_bytes([p[2], p[3]]) as usize;
+    let (mut o, mut m, mut prev_len) = (HEADER, 0, 0);
+    let mut buf = [0u8; MAX_KEY];
+    for _ in 0..left {
+        let h = entry_header(id, p, o, prev_len)?;
+        let next = h.end();
+        prev_len = h.key_len();
+        if h.shared < m {
+            return Ok(None);
+        }
+        if h.shared == m {
+            // Compare the stored suffix with the rest of `key`.
+            let rest = &key[m.min(key.len())..];
+            let sfx = if h.zeros == 0 {
+                &p[h.at..h.at + h.literal]
+            } else {
+                h.suffix_into(p, &mut buf);
+                &buf[..h.key_len() - h.shared]
+            };
+            let common = shared_len(sfx, rest);
+            if common == sfx.len() && common == rest.len() {
+                return Ok(Some(&p[h.at + h.literal..next]));
+            }
+            if common == rest.len() || (common < sfx.len() && sfx[common] > rest[common]) {
+                // `key` is a prefix of this one, or this one is above it.
+                return Ok(None);
+            }
+            m += common;
+        }
+        o = next;
+    }
+    Ok(None)
+}
+
+/// The entries of leaf pages decoded into one buffer of keys in full (key, then value, for
+/// each entry), for rewriting them.
+#[derive(Default)]
+struct Decoded {
+    bytes: Vec<u8>,
+    /// Per entry: offset in `bytes`, key length, value length.
+    spans: Vec<(usize, usize, usize)>,
+}
+
+impl Decoded {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.spans.clear();
+    }
+
+    /// Appends the entries of leaf page `id` (bytes `p`), each key rebuilt from the previous
+    /// one in the buffer itself (a cursor's key buffer cost a second copy per entry).
+    fn push_leaf(&mut self, id: u32, p: &[u8]) -> Result<(), StoreError> {
+        let count = u16::from_le_bytes([p[2], p[3]]) as usize;
+        self.spans.reserve(count);
+        // Keys are at most MAX_KEY bytes: the whole leaf fits in this much more.
+        self.bytes.reserve(PAGE + count * MAX_KEY);
+        let (mut o, mut prev, mut prev_len) = (HEADER, 0, 0);
+        for _ in 0..count {
+            let h = entry_header(id, p, o, prev_len)?;
+            let start = self.bytes.len();
+            self.bytes.extend_from_within(prev..prev + h.shared);
+            let literal = &p[h.at..h.at + h.literal];
+            if h.zeros == 0 {
+                self.bytes.extend_from_slice(literal);
+            } else {
+                let n = h.literal - 1;
+                self.bytes.extend_from_slice(&literal[..n]);
+                self.bytes.resize(self.bytes.len() + h.zeros, 0);
+                self.bytes.push(literal[n]);
+            }
+            self.bytes.extend_from_slice(&p[h.at + h.literal..h.end()]);
+            self.spans.push((start, h.key_len(), h.value_len));
+            (prev, prev_len, o) = (start, h.key_len(), h.end());
+        }
+        Ok(())
+    }
+
+    fn entries(&self) -> Entries<'_> {
+        self.spans
+            .iter()
+            .map(|&(o, k, v)| (&self.bytes[o..o + k], &self.bytes[o + k..o + k + v]))
+            .collect()
+    }
+}
+
+/// Writes `entries` (sorted, fitting: see [`entries_size`]) as a leaf page at `depth` into `p`;
+/// an error, and `p` partly written, when they do not fit (the packing sizes every leaf to fit:
+/// a bug there must not write past the page).
+fn encode_leaf(depth: usize, entries: &[(&[u8], &[u8])], p: &mut [u8]) -> Result<(), StoreError> {
+    p[0] = LEAF;
+    p[1] = depth as u8;
+    p[2..4].copy_from_slice(&(entries.len() as u16).to_le_bytes());
+    p[4..HEADER].fill(0);
+    let mut o = HEADER;
+    let mut prev: &[u8] = &[];
+    for &(k, v) in entries {
+        let shared = shared_len(prev, k);
+        let suffix = &k[shared..];
+        let (literal, zeros) = suffix_code(suffix);
+        let value_len_bytes = if v.len() < 0x80 { 1 } else { 2 };
+        if o + 2 + value_len_bytes + usize::from(zeros > 0) + literal + v.len() > PAGE {
+            return Err(StoreError::Corrupt(format!(
+                "{} entries packed into one leaf page overflow it",
+                entries.len()
+            )));
+        }
+        p[o] = shared as u8;
+        p[o + 1] = literal as u8 | if zeros > 0 { 0x80 } else { 0 };
+        if v.len() < 0x80 {
+            p[o + 2] = v.len() as u8;
+            o += 3;
+        } else {
+            p[o + 2] = 0x80 | (v.len() >> 8) as u8;
+            p[o + 3] = v.len() as u8;
+            o += 4;
+        }
+        if zeros == 0 {
+            p[o..o + literal].copy_from_slice(suffix);
+        } else {
+            p[o] = zeros as u8;
+            o += 1;
+            p[o..o + literal - 1].copy_from_slice(&suffix[..literal - 1]);
+            p[o + literal - 1] = suffix[suffix.len() - 1];
+        }
+        o += literal;
+        p[o..o + v.len()].copy_from_slice(v);
+        o += v.len();
+        prev = k;
     }
     Ok(())
 }
@@ -500,8 +805,14 @@ impl Store {
                         )));
                     }
                     let pages = Pages::file(file, RESERVE)?;
-                    let a = Meta::read(pages.page(0));
-                    let b = Meta::read(pages.page(1));
+                    let in_file = |e: StoreError| match e {
+                        StoreError::NotAStore(m) => {
+                            StoreError::NotAStore(format!("{}: {m}", path.display()))
+                        }
+                        e => e,
+                    };
+                    let a = Meta::read(pages.page(0)).map_err(in_file)?;
+                    let b = Meta::read(pages.page(1)).map_err(in_file)?;
                     let meta = match (a, b) {
                         (Some(a), Some(b)) => {
                             if a.generation >= b.generation {
@@ -845,16 +1156,7 @@ impl View<'_> {
                 depth += 1;
                 continue;
             }
-            // Records are sorted: stop at the first key not below the one sought.
-            for e in LeafEntries::new(id, self.page(id)) {
-                let (k, v) = e?;
-                match cmp_keys(k, key) {
-                    std::cmp::Ordering::Less => {}
-                    std::cmp::Ordering::Equal => return Ok(Some(v.to_vec())),
-                    std::cmp::Ordering::Greater => break,
-                }
-            }
-            return Ok(None);
+            return Ok(find_in_leaf(id, self.page(id), key)?.map(<[u8]>::to_vec));
         }
     }
 
@@ -879,8 +1181,9 @@ impl View<'_> {
         }
         let mut order: Vec<u32> = (0..keys.len() as u32).collect();
         order.sort_unstable_by(|&a, &b| keys[a as usize].cmp(keys[b as usize]));
-        // The leaf of the previous key and its entries from the first one not below that key.
-        let mut at: Option<(u32, LeafEntries)> = None;
+        // The leaf of the previous key, at its first entry not below that key (None: past
+        // the last entry).
+        let mut at: Option<(u32, LeafCursor, bool)> = None;
         for group in order.chunks(GROUP) {
             // Page reached by each key of the group and its depth there.
             let mut ids = [(self.root, 0usize); GROUP];
@@ -914,26 +1217,26 @@ impl View<'_> {
                     continue;
                 }
                 let key = keys[i as usize];
-                let mut entries = match at.take() {
-                    Some((leaf, entries)) if leaf == id => entries,
-                    _ => LeafEntries::new(id, self.page(id)),
-                };
-                loop {
-                    let here = entries.clone();
-                    let Some(e) = entries.next() else {
-                        at = Some((id, here));
-                        break;
-                    };
-                    let (k, v) = e?;
-                    match cmp_keys(k, key) {
-                        std::cmp::Ordering::Less => continue,
-                        std::cmp::Ordering::Equal => f(i as usize, v),
-                        std::cmp::Ordering::Greater => {}
+                let (mut c, mut on) = match at.take() {
+                    Some((leaf, c, on)) if leaf == id => (c, on),
+                    _ => {
+                        let mut c = LeafCursor::new(id, self.page(id));
+                        let on = c.advance()?;
+                        (c, on)
                     }
-                    // The next key is not below this one: it starts at this entry again.
-                    at = Some((id, here));
-                    break;
+                };
+                // The next key is not below this one: it starts at this entry again.
+                while on {
+                    match cmp_keys(c.key(), key) {
+                        std::cmp::Ordering::Less => on = c.advance()?,
+                        std::cmp::Ordering::Equal => {
+                            f(i as usize, c.value);
+                            break;
+                        }
+                        std::cmp::Ordering::Greater => break,
+                    }
                 }
+                at = Some((id, c, on));
             }
         }
         Ok(())
@@ -972,12 +1275,12 @@ impl View<'_> {
             }
             return Ok(true);
         }
-        for e in LeafEntries::new(id, self.page(id)) {
-            let (k, v) = e?;
-            if from.is_some_and(|fr| k < fr) {
+        let mut c = LeafCursor::new(id, self.page(id));
+        while c.advance()? {
+            if from.is_some_and(|fr| c.key() < fr) {
                 continue;
             }
-            if !f(k, v) {
+            if !f(c.key(), c.value) {
                 return Ok(false);
             }
         }
@@ -1069,24 +1372,41 @@ impl View<'_> {
             return Ok(());
         }
         report.leaf_pages += 1;
-        let mut bad = None;
-        parse_leaf(id, self.page(id), |k, v| {
-            if bad.is_none() {
-                let in_range = range.map_or(true, |(d, lo, hi)| (lo..=hi).contains(&slot(k, d)));
-                if !k.starts_with(prefix) || !in_range {
-                    bad = Some(format!("leaf page {id} holds a key outside its slots"));
-                } else if last.as_deref().is_some_and(|l| l >= k) {
-                    bad = Some(format!("leaf page {id}: keys out of order"));
-                }
-                *last = Some(k.to_vec());
-                report.entries += 1;
-                f(k, v);
+        let mut c = LeafCursor::new(id, self.page(id));
+        let mut first = true;
+        while c.advance()? {
+            let k = c.key();
+            let in_range = range.map_or(true, |(d, lo, hi)| (lo..=hi).contains(&slot(k, d)));
+            if !k.starts_with(prefix) || !in_range {
+                return Err(StoreError::Corrupt(format!(
+                    "leaf page {id} holds a key outside its slots"
+                )));
             }
-        })?;
-        match bad {
-            Some(b) => Err(StoreError::Corrupt(b)),
-            None => Ok(()),
+            if last.as_deref().is_some_and(|l| l >= k) {
+                return Err(StoreError::Corrupt(format!(
+                    "leaf page {id}: keys out of order"
+                )));
+            }
+            // Lookups skip entries by their shared length: it must be the exact one.
+            let shared = match (&*last, first) {
+                (Some(l), false) => shared_len(l, k),
+                _ => 0,
+            };
+            if c.shared != shared {
+                return Err(StoreError::Corrupt(format!(
+                    "leaf page {id}: a key's shared prefix length is {} instead of {shared}",
+                    c.shared
+                )));
+            }
+            first = false;
+            let l = last.get_or_insert_with(Vec::new);
+            l.clear();
+            l.extend_from_slice(k);
+            report.entries += 1;
+            f(k, c.value);
         }
+        report.leaf_bytes += c.bytes() as u64;
+        Ok(())
     }
 
     fn mark(&self, id: u32, reachable: &mut [bool]) -> Result<(), StoreError> {
@@ -1124,10 +1444,10 @@ impl Store {
         Ok(())
     }
 
-    /// The page-sized buffer a leaf is copied into while it is merged (kept between merges:
-    /// a fresh zeroed 4 KiB array per leaf cost a memset each).
-    fn take_scratch(&mut self) -> Box<[u8; PAGE]> {
-        self.scratch.take().unwrap_or_else(|| Box::new([0u8; PAGE]))
+    /// The buffer a leaf is decoded into while it is merged (kept between merges: fresh
+    /// buffers per leaf cost an allocation each).
+    fn take_scratch(&mut self) -> Decoded {
+        self.scratch.take().unwrap_or_default()
     }
 
     fn apply_page(&mut self, id: u32, depth: usize, ops: &[Op]) -> Result<u32, StoreError> {
@@ -1177,7 +1497,7 @@ impl Store {
                     let next_op_slot = ops.get(j).map_or(FANOUT, |o| slot(o.key(), depth));
                     let mut old = self.take_scratch();
                     let r = self.merge_leaf(n, &mut old, &[]).and_then(|entries| {
-                        self.repack_small(depth, s, s, &entries, next_op_slot, &mut new)
+                        self.repack(depth, s, s, &entries, next_op_slot, &mut new)
                     });
                     self.scratch = Some(old);
                     r?;
@@ -1189,7 +1509,7 @@ impl Store {
                 let r = self
                     .merge_leaf(c, &mut old, &ops[i..j])
                     .and_then(|entries| {
-                        self.repack_small(depth, lo, hi, &entries, next_op_slot, &mut new)
+                        self.repack(depth, lo, hi, &entries, next_op_slot, &mut new)
                     });
                 self.scratch = Some(old);
                 r?;
@@ -1209,9 +1529,12 @@ impl Store {
     }
 
     /// Lays out `entries` (slots `lo..=hi` of the branch at `depth` being rewritten, `new`) as
-    /// [`Store::pack`] does, merged with a neighbouring leaf (see [`Store::leaf_neighbour`])
-    /// when they are few.
-    fn repack_small(
+    /// [`Store::pack`] does, together with a neighbouring leaf (see [`Store::leaf_neighbour`])
+    /// when they are few or more than a page. An overflowing leaf that shares its entries with
+    /// a neighbour (two leaves into two when they fit, else into three) is a B*-tree's split:
+    /// random inserts then leave the leaves ~80% full instead of the ~69% of splitting one
+    /// full leaf into two halves, at the cost of rewriting the neighbour at each split.
+    fn repack(
         &mut self,
         depth: usize,
         lo: usize,
@@ -1220,22 +1543,23 @@ impl Store {
         next_op_slot: usize,
         new: &mut [u32; FANOUT],
     ) -> Result<(), StoreError> {
-        if entries_size(entries) >= MERGE_BELOW {
-            return self.pack(depth, lo, hi, entries, new);
+        let size = entries_size(entries);
+        if (MERGE_BELOW..=LEAF_CAPACITY).contains(&size) {
+            return self.pack_sized(depth, lo, hi, entries, size, new);
         }
         let Some((n_lo, n_hi, n)) = self.leaf_neighbour(new, lo, hi, next_op_slot)? else {
             return self.pack(depth, lo, hi, entries, new);
         };
-        let mut page = Box::new([0u8; PAGE]);
-        page.copy_from_slice(self.page(n));
+        let mut neighbour = Decoded::default();
+        neighbour.push_leaf(n, self.page(n))?;
         self.release(n);
-        let mut joined = Vec::with_capacity(entries.len() + 64);
+        let mut joined = Vec::with_capacity(entries.len() + neighbour.spans.len());
         if n_hi < lo {
-            parse_leaf(n, &page[..], |k, v| joined.push((k, v)))?;
+            joined.extend(neighbour.entries());
             joined.extend_from_slice(entries);
         } else {
             joined.extend_from_slice(entries);
-            parse_leaf(n, &page[..], |k, v| joined.push((k, v)))?;
+            joined.extend(neighbour.entries());
         }
         self.pack(depth, lo.min(n_lo), hi.max(n_hi), &joined, new)
     }
@@ -1264,35 +1588,33 @@ impl Store {
             }
             leaves.push(c);
         }
-        let mut copy = vec![0u8; leaves.len() * PAGE];
-        for (n, &c) in leaves.iter().enumerate() {
-            copy[n * PAGE..(n + 1) * PAGE].copy_from_slice(self.page(c));
+        let mut decoded = Decoded::default();
+        for &c in &leaves {
+            decoded.push_leaf(c, self.page(c))?;
             self.release(c);
         }
-        let mut entries = Vec::new();
-        for (n, &c) in leaves.iter().enumerate() {
-            parse_leaf(c, &copy[n * PAGE..(n + 1) * PAGE], |k, v| {
-                entries.push((k, v))
-            })?;
-        }
-        self.write_leaf(depth, &entries).map(Some)
+        self.write_leaf(depth, &decoded.entries()).map(Some)
     }
 
     /// Bytes the entries of leaf page `id` take.
     fn leaf_bytes(&self, id: u32) -> Result<usize, StoreError> {
-        let mut bytes = 0;
-        parse_leaf(id, self.page(id), |k, v| {
-            bytes += ENTRY_HEADER + k.len() + v.len()
-        })?;
-        Ok(bytes)
+        // The headers alone, without rebuilding the keys.
+        let p = self.page(id);
+        let (mut o, mut prev_len) = (HEADER, 0);
+        for _ in 0..u16::from_le_bytes([p[2], p[3]]) {
+            let h = entry_header(id, p, o, prev_len)?;
+            prev_len = h.key_len();
+            o = h.end();
+        }
+        Ok(o - HEADER)
     }
 
     /// A leaf page next to slots `lo..=hi` of the branch being rewritten (`new`: its children
-    /// so far) that a leaf of those slots left small may be merged with, as (first slot, last
-    /// slot, page): the left one, else the right one when no op of this batch (the next is in
-    /// slot `next_op_slot`) falls in its slots. Splits leave halves, but deletes (and slots
-    /// a branch left empty, later written) can leave a near-empty leaf that would otherwise
-    /// stay one for good.
+    /// so far) that a leaf of those slots may be joined with, as (first slot, last slot,
+    /// page): the left one or the right one when no op of this batch (the next is in slot
+    /// `next_op_slot`) falls in its slots, the one with fewer bytes when both may. Splits leave
+    /// halves, but deletes (and slots a branch left empty, later written) can leave a
+    /// near-empty leaf that would otherwise stay one for good.
     fn leaf_neighbour(
         &self,
         new: &[u32; FANOUT],
@@ -1300,6 +1622,7 @@ impl Store {
         hi: usize,
         next_op_slot: usize,
     ) -> Result<Option<(usize, usize, u32)>, StoreError> {
+        let mut left = None;
         if lo > 0 {
             let n = new[lo - 1];
             if n != 0 && self.kind(n)? == LEAF {
@@ -1307,9 +1630,10 @@ impl Store {
                 while n_lo > 0 && new[n_lo - 1] == n {
                     n_lo -= 1;
                 }
-                return Ok(Some((n_lo, lo - 1, n)));
+                left = Some((n_lo, lo - 1, n));
             }
         }
+        let mut right = None;
         if hi + 1 < FANOUT {
             let n = new[hi + 1];
             if n != 0 && self.kind(n)? == LEAF {
@@ -1318,30 +1642,37 @@ impl Store {
                     n_hi += 1;
                 }
                 if next_op_slot > n_hi {
-                    return Ok(Some((hi + 1, n_hi, n)));
+                    right = Some((hi + 1, n_hi, n));
                 }
             }
         }
-        Ok(None)
+        Ok(match (left, right) {
+            (Some(l), Some(r)) => {
+                if self.leaf_bytes(r.2)? < self.leaf_bytes(l.2)? {
+                    Some(r)
+                } else {
+                    Some(l)
+                }
+            }
+            (l, r) => l.or(r),
+        })
     }
 
-    /// The entries of leaf `id` (0: none; copied into `old`, and the page released) with the
+    /// The entries of leaf `id` (0: none; decoded into `old`, and the page released) with the
     /// sorted `ops` applied, without allocating per entry.
     fn merge_leaf<'a>(
         &mut self,
         id: u32,
-        old: &'a mut [u8; PAGE],
+        old: &'a mut Decoded,
         ops: &'a [Op],
     ) -> Result<Entries<'a>, StoreError> {
-        let mut entries: Vec<(&[u8], &[u8])> = Vec::new();
+        old.clear();
         if id != 0 {
-            old.copy_from_slice(self.page(id));
+            old.push_leaf(id, self.page(id))?;
             self.release(id);
         }
-        let old: &'a [u8; PAGE] = old;
-        if id != 0 {
-            parse_leaf(id, old, |k, v| entries.push((k, v)))?;
-        }
+        let old: &'a Decoded = old;
+        let entries = old.entries();
         let mut out: Vec<(&[u8], &[u8])> = Vec::with_capacity(entries.len() + ops.len());
         let mut e = 0;
         for op in ops {
@@ -1398,12 +1729,27 @@ impl Store {
         entries: &[(&[u8], &[u8])],
         children: &mut [u32; FANOUT],
     ) -> Result<(), StoreError> {
-        if entries_size(entries) <= LEAF_CAPACITY {
+        self.pack_sized(depth, lo, hi, entries, entries_size(entries), children)
+    }
+
+    /// [`Store::pack`] of entries that take `size` bytes as one leaf.
+    fn pack_sized(
+        &mut self,
+        depth: usize,
+        lo: usize,
+        hi: usize,
+        entries: &[(&[u8], &[u8])],
+        size: usize,
+        children: &mut [u32; FANOUT],
+    ) -> Result<(), StoreError> {
+        if size <= LEAF_CAPACITY {
             return self.flush_leaf(depth, lo, hi, entries, children);
         }
         // The entries of one slot (a group) stay in one page; runs of groups between the
         // oversized ones are split by `split_groups`.
-        let mut groups: Vec<(usize, usize)> = Vec::new(); // (first entry, bytes) per slot
+        // Per slot: (first entry, (bytes after the entry before it, more bytes at a leaf's
+        // start)).
+        let mut groups: Vec<(usize, (usize, usize))> = Vec::new();
         let mut start = lo; // first slot of the run of groups being collected
         let mut i = 0;
         while i < entries.len() {
@@ -1412,14 +1758,19 @@ impl Store {
                 .iter()
                 .take_while(|(k, _)| slot(k, depth) == s)
                 .count();
-            let size = entries_size(&entries[i..j]);
-            if size > LEAF_CAPACITY {
+            let size: usize = (i..j).map(|e| entry_len_after(entries, e)).sum();
+            let lead = if i > 0 {
+                shared_len(entries[i - 1].0, entries[i].0)
+            } else {
+                0
+            };
+            if size + lead > LEAF_CAPACITY {
                 self.pack_run(depth, start, s - 1, entries, &groups, i, children)?;
                 groups.clear();
                 children[s] = self.build(depth + 1, &entries[i..j])?;
                 start = s + 1;
             } else {
-                groups.push((i, size));
+                groups.push((i, (size, lead)));
             }
             i = j;
         }
@@ -1438,14 +1789,14 @@ impl Store {
         lo: usize,
         hi: usize,
         entries: &[(&[u8], &[u8])],
-        groups: &[(usize, usize)],
+        groups: &[(usize, (usize, usize))],
         end: usize,
         children: &mut [u32; FANOUT],
     ) -> Result<(), StoreError> {
         if groups.is_empty() {
             return self.flush_leaf(depth, lo, hi, &[], children);
         }
-        let sizes: Vec<usize> = groups.iter().map(|g| g.1).collect();
+        let sizes: Vec<(usize, usize)> = groups.iter().map(|g| g.1).collect();
         let cuts = split_groups(&sizes);
         let mut first_slot = lo;
         for (n, &c) in cuts.iter().enumerate() {
@@ -1485,20 +1836,7 @@ impl Store {
 
     fn write_leaf(&mut self, depth: usize, entries: &[(&[u8], &[u8])]) -> Result<u32, StoreError> {
         let id = self.alloc()?;
-        let p = self.page_mut(id);
-        p[0] = LEAF;
-        p[1] = depth as u8;
-        p[2..4].copy_from_slice(&(entries.len() as u16).to_le_bytes());
-        p[4..HEADER].fill(0);
-        let mut o = HEADER;
-        for (k, v) in entries {
-            p[o] = k.len() as u8;
-            p[o + 1..o + 3].copy_from_slice(&(v.len() as u16).to_le_bytes());
-            let kv = o + ENTRY_HEADER;
-            p[kv..kv + k.len()].copy_from_slice(k);
-            p[kv + k.len()..kv + k.len() + v.len()].copy_from_slice(v);
-            o = kv + k.len() + v.len();
-        }
+        encode_leaf(depth, entries, self.page_mut(id))?;
         Ok(id)
     }
 
@@ -1691,13 +2029,9 @@ mod tests {
                 let report = s.check().unwrap();
                 assert_eq!(report.entries as usize, model.len());
                 // Leaves split evenly: on average at least a third full.
-                let payload: usize = model
-                    .iter()
-                    .map(|(k, v)| ENTRY_HEADER + k.len() + v.len())
-                    .sum();
                 assert!(
-                    payload * 3 >= report.leaf_pages as usize * LEAF_CAPACITY,
-                    "{report:?}, {payload} bytes"
+                    report.leaf_bytes as usize * 3 >= report.leaf_pages as usize * LEAF_CAPACITY,
+                    "{report:?}"
                 );
                 drop(s);
                 s = Store::open(Some(&dir)).unwrap();
@@ -2014,21 +2348,361 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Leaf bytes (entries and their headers) over the leaf pages' capacity.
+    /// Keys shaped like the state's (hashes, a hash and a slot hash, zero-padded paths and
+    /// their length, keys that are prefixes of others), with values of 0 to 300 bytes.
+    fn structured_key(rng: &mut rand::rngs::SmallRng, accounts: &[[u8; 32]]) -> Vec<u8> {
+        let a = if accounts.is_empty() || rng.gen_bool(0.3) {
+            rng.gen::<[u8; 32]>()
+        } else {
+            accounts[rng.gen_range(0..accounts.len())]
+        };
+        match rng.gen_range(0..8) {
+            0 => a.to_vec(),
+            1 => [a, rng.gen()].concat(),
+            2 | 3 => {
+                // pad(p) ++ [len(p)], after an owner's hash or not.
+                let nibbles: usize = rng.gen_range(0..64);
+                let mut k = vec![0u8; 33];
+                k[..nibbles.div_ceil(2)].copy_from_slice(&a[..nibbles.div_ceil(2)]);
+                if nibbles % 2 == 1 {
+                    k[nibbles / 2] &= 0xf0;
+                }
+                k[32] = nibbles as u8;
+                if rng.gen_bool(0.5) {
+                    [a.to_vec(), k].concat()
+                } else {
+                    k
+                }
+            }
+            4 => a[..rng.gen_range(1..=32)].to_vec(),
+            5 => {
+                let mut k = a[..rng.gen_range(1..8)].to_vec();
+                k.resize(rng.gen_range(k.len()..=MAX_KEY), 0);
+                if rng.gen_bool(0.5) {
+                    k.push(rng.gen());
+                }
+                k.truncate(MAX_KEY);
+                k
+            }
+            6 => vec![0; rng.gen_range(1..=MAX_KEY)],
+            _ => {
+                let mut k = vec![0u8; rng.gen_range(2..=MAX_KEY)];
+                *k.last_mut().unwrap() = rng.gen();
+                k
+            }
+        }
+    }
+
+    fn structured_value(rng: &mut rand::rngs::SmallRng) -> Vec<u8> {
+        let len = match rng.gen_range(0..4) {
+            0 => rng.gen_range(0..4),
+            1 => rng.gen_range(120..140),
+            2 => rng.gen_range(0..300),
+            _ => rng.gen_range(30..45),
+        };
+        (0..len).map(|_| rng.gen()).collect()
+    }
+
+    #[test]
+    fn leaf_pages_round_trip_shared_prefixes_and_zero_runs() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(21);
+        let mut page = vec![0u8; PAGE];
+        for round in 0..3000 {
+            let accounts: Vec<[u8; 32]> = (0..rng.gen_range(1..4)).map(|_| rng.gen()).collect();
+            let mut model = BTreeMap::new();
+            while model.len() < rng.gen_range(1..120) {
+                model.insert(
+                    structured_key(&mut rng, &accounts),
+                    structured_value(&mut rng),
+                );
+            }
+            // The longest run of entries that fits one page.
+            let all: Vec<(&[u8], &[u8])> = model.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            let n = (1..=all.len())
+                .take_while(|&n| entries_size(&all[..n]) <= LEAF_CAPACITY)
+                .last()
+                .unwrap_or(0);
+            let entries = &all[..n];
+            page.fill(0xa5);
+            encode_leaf(3, entries, &mut page).unwrap();
+            let mut c = LeafCursor::new(9, &page);
+            let mut got = Vec::new();
+            while c.advance().unwrap() {
+                got.push((c.key().to_vec(), c.value.to_vec()));
+            }
+            assert_eq!(c.bytes(), entries_size(entries), "round {round}");
+            let want: Vec<(Vec<u8>, Vec<u8>)> = entries
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect();
+            assert_eq!(got, want, "round {round}");
+            // Lookups of present keys, and of absent neighbours: prefixes, extensions, a
+            // changed byte, keys between and around those present.
+            for (k, v) in entries {
+                assert_eq!(find_in_leaf(9, &page, k).unwrap(), Some(*v));
+                let mut probes = vec![k[..k.len() - 1].to_vec(), [k, &[0][..]].concat()];
+                let mut changed = k.to_vec();
+                let i = rng.gen_range(0..changed.len());
+                changed[i] = changed[i].wrapping_add(rng.gen_range(1..=255));
+                probes.push(changed);
+                probes.push(structured_key(&mut rng, &accounts));
+                for p in probes {
+                    if p.is_empty() || p.len() > MAX_KEY {
+                        continue;
+                    }
+                    let want = entries.iter().find(|(k, _)| *k == &p[..]).map(|e| e.1);
+                    assert_eq!(find_in_leaf(9, &page, &p).unwrap(), want, "{p:?}");
+                }
+            }
+        }
+        // Entries over a page are an error, not a write past it.
+        let big: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| keccak256(&i.to_le_bytes()).to_vec())
+            .collect();
+        let mut sorted: Vec<(&[u8], &[u8])> =
+            big.iter().map(|k| (&k[..], &[7u8; 20][..])).collect();
+        sorted.sort();
+        assert!(entries_size(&sorted) > LEAF_CAPACITY);
+        assert!(matches!(
+            encode_leaf(1, &sorted, &mut page),
+            Err(StoreError::Corrupt(_))
+        ));
+        // The zero run of a record's key is stored as a count.
+        let record = [&[0x12, 0x30][..], &[0; 30], &[3]].concat();
+        // Three header bytes, the count of zeros, three literal bytes.
+        assert_eq!(entries_size(&[(&record, &[])]), 3 + 1 + 3);
+        assert_eq!(suffix_code(&record), (3, 30));
+        assert_eq!(suffix_code(&[0, 0, 0]), (1, 2));
+        assert_eq!(suffix_code(&[5, 0, 7]), (3, 0));
+    }
+
+    #[test]
+    fn random_batches_of_structured_keys_match_a_btreemap() {
+        let dir = std::env::temp_dir().join(format!("pk-store-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(23);
+        let mut s = Store::open(Some(&dir)).unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let accounts: Vec<[u8; 32]> = (0..300).map(|_| rng.gen()).collect();
+        for round in 0..40u64 {
+            let mut ops: BTreeMap<Vec<u8>, Op> = BTreeMap::new();
+            for _ in 0..rng.gen_range(1..1500) {
+                let k = if !model.is_empty() && rng.gen_bool(0.3) {
+                    let i = rng.gen_range(0..model.len());
+                    model.keys().nth(i).unwrap().clone()
+                } else {
+                    structured_key(&mut rng, &accounts)
+                };
+                let op = match rng.gen_range(0..10) {
+                    0..=6 => Op::Put(k.clone(), structured_value(&mut rng)),
+                    7 | 8 => Op::Del(k.clone()),
+                    // Prefix deletions of short keys only, so that some keys stay.
+                    _ if k.len() >= 32 => Op::DelPrefix(k[..32].to_vec()),
+                    _ => Op::Del(k.clone()),
+                };
+                ops.insert(op.key().to_vec(), op);
+            }
+            let mut ops: Vec<Op> = ops.into_values().collect();
+            ops.sort_by(|a, b| a.key().cmp(b.key()).then(a.rank().cmp(&b.rank())));
+            for op in &ops {
+                match op {
+                    Op::Put(k, v) => {
+                        model.insert(k.clone(), v.clone());
+                    }
+                    Op::Del(k) => {
+                        model.remove(k);
+                    }
+                    Op::DelPrefix(p) => model.retain(|k, _| !k.starts_with(p)),
+                }
+            }
+            s.apply(ops).unwrap();
+            s.commit(round, [0; 32], CommitLevel::None).unwrap();
+            assert_eq!(contents(&s), model, "round {round}");
+            let report = s.check().unwrap();
+            assert_eq!(report.entries as usize, model.len());
+            let keys: Vec<&[u8]> = model.keys().map(|k| &k[..]).collect();
+            for k in keys.iter().step_by(7) {
+                assert_eq!(s.get(k).unwrap().as_deref(), model.get(*k).map(|v| &v[..]));
+            }
+            let mut found = 0;
+            s.get_many(&keys, |i, v| {
+                assert_eq!(v, &model[keys[i]][..]);
+                found += 1;
+            })
+            .unwrap();
+            assert_eq!(found, keys.len());
+            let from = structured_key(&mut rng, &accounts);
+            let mut scanned = Vec::new();
+            s.scan_from(&from, |k, _| {
+                scanned.push(k.to_vec());
+                scanned.len() < 20
+            })
+            .unwrap();
+            let want: Vec<Vec<u8>> = model.range(from..).take(20).map(|e| e.0.clone()).collect();
+            assert_eq!(scanned, want);
+        }
+        drop(s);
+        let s = Store::open(Some(&dir)).unwrap();
+        assert_eq!(contents(&s), model);
+        s.check().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every single-byte change of a leaf page and every truncation of its entry count gives
+    /// the entries, an error, or other entries (a changed key or value byte), never a panic
+    /// or a read past the page; `check` reports a page of the store changed this way.
+    #[test]
+    fn a_damaged_leaf_is_an_error_not_a_panic() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(29);
+        let accounts: Vec<[u8; 32]> = (0..4).map(|_| rng.gen()).collect();
+        let mut model = BTreeMap::new();
+        while entries_size(
+            &model
+                .iter()
+                .map(|(k, v): (&Vec<u8>, &Vec<u8>)| (&k[..], &v[..]))
+                .collect::<Vec<_>>(),
+        ) < LEAF_CAPACITY - 400
+        {
+            model.insert(
+                structured_key(&mut rng, &accounts),
+                structured_value(&mut rng),
+            );
+        }
+        let entries: Vec<(&[u8], &[u8])> = model.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        let mut page = vec![0u8; PAGE];
+        encode_leaf(1, &entries, &mut page).unwrap();
+        let used = HEADER + entries_size(&entries);
+        let read_all = |p: &[u8]| -> Result<usize, StoreError> {
+            let mut c = LeafCursor::new(5, p);
+            let mut n = 0;
+            while c.advance()? {
+                n += 1;
+            }
+            for (k, _) in &entries {
+                find_in_leaf(5, p, k)?;
+            }
+            Ok(n)
+        };
+        let mut errors = 0;
+        for at in 2..used + 4 {
+            for x in [
+                0x00,
+                0xff,
+                0x80,
+                0x7f,
+                page[at] ^ 1,
+                page[at].wrapping_add(64),
+            ] {
+                let mut p = page.clone();
+                p[at] = x;
+                errors += usize::from(read_all(&p).is_err());
+            }
+        }
+        assert!(errors > 0);
+        // A count past the entries written: the zeros after them are no entry.
+        let mut p = page.clone();
+        p[used..].fill(0);
+        p[2..4].copy_from_slice(&(entries.len() as u16 + 1).to_le_bytes());
+        assert!(matches!(read_all(&p), Err(StoreError::Corrupt(_))));
+        p[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(read_all(&p).is_err());
+        // Entries running past the end of the page: a value length that overruns it.
+        let mut p = page.clone();
+        let last = (PAGE - 3, [0u8, 2, 0x7f]);
+        p[last.0..].copy_from_slice(&last.1);
+        assert!(read_all(&p).is_ok());
+        let mut c = LeafCursor::new(5, &p);
+        c.at = last.0;
+        c.left = 1;
+        assert!(c.advance().is_err());
+
+        // In a store on disk: a leaf's bytes overwritten are found by `check` and reads give
+        // an error or a value, never a panic.
+        let dir = std::env::temp_dir().join(format!("pk-store-dmg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = Store::open(Some(&dir)).unwrap();
+        s.apply(
+            model
+                .iter()
+                .map(|(k, v)| Op::Put(k.clone(), v.clone()))
+                .collect(),
+        )
+        .unwrap();
+        s.apply(
+            (0..3000u32)
+                .map(|i| Op::Put(keccak256(&i.to_le_bytes()).to_vec(), vec![1; 40]))
+                .collect(),
+        )
+        .unwrap();
+        s.commit(1, [1; 32], CommitLevel::FlushDataAndRoot).unwrap();
+        let leaf = (2..s.page_count)
+            .find(|&id| s.page(id)[0] == LEAF && s.page(id)[2..4] != [0, 0])
+            .unwrap();
+        drop(s);
+        let file = dir.join(FILE_NAME);
+        let mut bytes = std::fs::read(&file).unwrap();
+        let base = leaf as usize * PAGE;
+        bytes[base + HEADER] = 70; // the first key shares bytes with no key before it
+        std::fs::write(&file, &bytes).unwrap();
+        let s = Store::open(Some(&dir)).unwrap();
+        assert!(matches!(s.check(), Err(StoreError::Corrupt(_))));
+        let mut failed = false;
+        for k in model.keys() {
+            failed |= s.get(k).is_err();
+        }
+        assert!(failed);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_store_of_the_previous_format_is_refused_at_open() {
+        let dir = std::env::temp_dir().join(format!("pk-store-v2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = Store::open(Some(&dir)).unwrap();
+        for b in 1..3 {
+            s.apply(vec![Op::Put(vec![b; 32], vec![b])]).unwrap();
+            s.commit(b as u64, [b; 32], CommitLevel::FlushDataAndRoot)
+                .unwrap();
+        }
+        drop(s);
+        // Both meta pages as a version-2 store wrote them: intact, with version 2.
+        let file = dir.join(FILE_NAME);
+        let mut bytes = std::fs::read(&file).unwrap();
+        for m in 0..2 {
+            let page = &mut bytes[m * PAGE..(m + 1) * PAGE];
+            page[8..12].copy_from_slice(&2u32.to_le_bytes());
+            let sum = keccak256(&page[0..80]);
+            page[80..112].copy_from_slice(&sum);
+        }
+        std::fs::write(&file, &bytes).unwrap();
+        let err = Store::open(Some(&dir))
+            .err()
+            .expect("a version-2 store opened");
+        let msg = err.to_string();
+        assert!(matches!(err, StoreError::NotAStore(_)), "{msg}");
+        assert!(
+            msg.contains("version 2") && msg.contains("reads version 3"),
+            "{msg}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Leaf bytes (encoded entries) over the leaf pages' capacity.
     fn leaf_fill(s: &Store) -> f64 {
-        let bytes: usize = contents(s)
-            .iter()
-            .map(|(k, v)| ENTRY_HEADER + k.len() + v.len())
-            .sum();
-        bytes as f64 / (s.check().unwrap().leaf_pages as usize * LEAF_CAPACITY) as f64
+        let r = s.check().unwrap();
+        r.leaf_bytes as f64 / (r.leaf_pages as usize * LEAF_CAPACITY) as f64
     }
 
     #[test]
     fn a_run_of_groups_splits_into_the_fewest_leaves_of_about_equal_size() {
         // A full leaf and one more group: two halves, not two leaves up to the average and
         // a third holding the one group left over.
-        let cuts = split_groups(&[111; 38]);
+        let cuts = split_groups(&[(111, 0); 38]);
         assert_eq!(cuts, vec![0, 19]);
+        // A group's key stored in full at a leaf's start counts: 36 groups of 111 bytes fill
+        // a page (3,996 of 4,088 bytes) unless the first group's key adds 93 bytes.
+        assert_eq!(split_groups(&[(111, 30); 36]), vec![0]);
+        assert_eq!(split_groups(&[(111, 93); 36]).len(), 2);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
         for _ in 0..2000 {
             let n = rng.gen_range(1..200);
@@ -2037,25 +2711,33 @@ mod tests {
             } else {
                 LEAF_CAPACITY
             };
-            let sizes: Vec<usize> = (0..n).map(|_| rng.gen_range(1..=big)).collect();
+            // Each group fits in a page with its first key in full.
+            let sizes: Vec<(usize, usize)> = (0..n)
+                .map(|_| {
+                    let size = rng.gen_range(1..=big);
+                    let lead = rng.gen_range(0..=65).min(LEAF_CAPACITY - size);
+                    (size, lead)
+                })
+                .collect();
             let cuts = split_groups(&sizes);
             // The fewest leaves: greedy filling to a page gives the fewest for a run.
-            let (mut fewest, mut fill) = (1, 0);
-            for &g in &sizes {
-                if fill + g > LEAF_CAPACITY {
+            let (mut fewest, mut fill) = (1, sizes[0].1);
+            for (g, &(size, lead)) in sizes.iter().enumerate() {
+                if g > 0 && fill + size > LEAF_CAPACITY {
                     fewest += 1;
-                    fill = 0;
+                    fill = lead;
                 }
-                fill += g;
+                fill += size;
             }
             assert_eq!(cuts.len(), fewest, "{sizes:?}");
             assert_eq!(cuts[0], 0);
-            let total: usize = sizes.iter().sum();
-            let largest_group = *sizes.iter().max().unwrap();
+            let total: usize = sizes.iter().map(|g| g.0).sum();
+            let largest_group = sizes.iter().map(|g| g.0 + g.1).max().unwrap();
             let ends = cuts[1..].iter().copied().chain([sizes.len()]);
             for (&from, to) in cuts.iter().zip(ends) {
                 assert!(from < to, "an empty leaf: {cuts:?}");
-                let leaf: usize = sizes[from..to].iter().sum();
+                let leaf: usize =
+                    sizes[from].1 + sizes[from..to].iter().map(|g| g.0).sum::<usize>();
                 assert!(leaf <= LEAF_CAPACITY);
                 // No leaf larger than the average by more than a group (so none far smaller
                 // either when there are two).
@@ -2068,7 +2750,7 @@ mod tests {
     }
 
     /// Random inserts of the Paprika pattern (an account and its slot under one prefix)
-    /// keep the leaves about as full as a B-tree's; the packing once fell to ~40% by leaving
+    /// keep the leaves about as full as a B*-tree's; the packing once fell to ~40% by leaving
     /// a leaf with a group or two behind at most splits.
     #[test]
     fn inserted_accounts_fill_the_leaves() {
@@ -2085,7 +2767,9 @@ mod tests {
             s.commit(b, [0; 32], CommitLevel::None).unwrap();
         }
         let fill = leaf_fill(&s);
-        assert!(fill > 0.6, "leaves {:.0}% full", fill * 100.0);
+        // Splitting one full leaf into halves settles near 69%; sharing with a neighbour
+        // (two leaves into two or three) at 80% on this workload.
+        assert!(fill > 0.76, "leaves {:.0}% full", fill * 100.0);
     }
 
     /// Deleting most keys merges the leaves left near-empty with their neighbours, and the

@@ -419,13 +419,20 @@ fn check_finds_a_damaged_page() {
     for p in 2..pages {
         let page = &bytes[p * 4096..(p + 1) * 4096];
         if page[0] == 2 && u16::from_le_bytes([page[2], page[3]]) > 0 {
-            // A leaf ([key_len u8][value_len u16][key][value] entries from byte 8): flip the
-            // last byte of its first value.
-            let (kl, vl) = (
-                page[8] as usize,
-                u16::from_le_bytes([page[9], page[10]]) as usize,
-            );
-            bytes[p * 4096 + 11 + kl + vl - 1] ^= 0x01;
+            // A leaf (entries from byte 8: [shared u8][literal len u8, 0x80: a zero run][value
+            // len, 1 byte under 0x80 or 2][zero count, with a zero run][literal][value]): flip
+            // the last byte of its first value.
+            let literal = (page[9] & 0x7f) as usize;
+            let (vl, mut o) = if page[10] < 0x80 {
+                (page[10] as usize, 11)
+            } else {
+                ((((page[10] & 0x7f) as usize) << 8) | page[11] as usize, 12)
+            };
+            if page[9] >= 0x80 {
+                o += 1;
+            }
+            assert!(vl > 0, "every stored value has bytes");
+            bytes[p * 4096 + o + literal + vl - 1] ^= 0x01;
             damaged += 1;
             break;
         }
