@@ -27,14 +27,15 @@
 #![deny(unsafe_code)]
 
 use crate::account::{Account, AccountLeaf};
-use crate::hash_builder::{HashBuilder, OutOfOrder};
+use crate::hash_builder::{HashBuilder, OutOfOrder, Root};
 use crate::keccak::{keccak256, B256};
 use crate::rlp;
 use crate::state::{
     decode_account_record, pack, pad, record_key, Address, State, WriteLog, Writer, ROOT_ENTRY_KEY,
 };
+use crate::store::Snapshot;
 use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError};
-use crate::trie::{encode_entry, Lookup};
+use crate::trie::{encode_branch, encode_entry, encode_record, ChildEntry, Lookup, NodeRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
@@ -573,22 +574,31 @@ fn account_ops(
 /// by): every branch record the rebuilt tries produce is compared with the stored one as the
 /// branch completes, every account's storage-root entry and the root entry likewise, and the
 /// rebuilt root with the durable one. Memory: the branches open on the current path and the
-/// stored records waiting for them, not the state.
+/// stored records waiting for them, not the state. The 16 subtrees under the account trie's
+/// first nibble are rebuilt apart on the rayon pool and joined in its top branch.
 fn verify(store: &Store) -> Result<CheckReport, DbError> {
+    use rayon::prelude::*;
     let report = store.check()?;
-    let mut check = StreamCheck::default();
-    let mut err = None;
-    store.scan_from(&[], |k, v| match check.visit(k, v) {
-        Ok(()) => true,
-        Err(e) => {
-            err = Some(e);
-            false
-        }
-    })?;
-    if let Some(e) = err {
-        return Err(e);
-    }
-    let root = check.finish()?;
+    let snap = store.snapshot();
+    let parts = (0u8..16)
+        .into_par_iter()
+        .map(|n| {
+            let mut check = StreamCheck::new(1);
+            check.scan(&snap, &[n << 4], |k| k[0] >> 4 == n)?;
+            check.finish()
+        })
+        .collect::<Result<Vec<Top>, DbError>>()?;
+    let root = if parts.iter().filter(|p| p.root.entry.is_some()).count() < 2 {
+        // The trie's top is not a branch at the first nibble (at most one subtree): rebuild
+        // it whole.
+        let mut check = StreamCheck::new(0);
+        check.scan(&snap, &[], |_| true)?;
+        let top = check.finish()?;
+        compare_root_entry(&top.root, &top.stored_root_entry)?;
+        top.root.hash
+    } else {
+        join_parts(parts)?
+    };
     let meta = store.meta();
     if root != meta.state_root {
         return Err(DbError::RootMismatch {
@@ -599,14 +609,75 @@ fn verify(store: &Store) -> Result<CheckReport, DbError> {
     Ok(report)
 }
 
-/// The state of [`verify`]'s pass over the records.
-#[derive(Default)]
+/// The account trie's top branch from its 16 subtrees: its record and the root entry against
+/// the stored ones (both in the first subtree's key range); returns the root hash.
+fn join_parts(parts: Vec<Top>) -> Result<B256, DbError> {
+    let mut entries: [Option<ChildEntry>; 16] = Default::default();
+    let mut refs: [Option<NodeRef>; 16] = [None; 16];
+    let (mut stored_record, mut stored_root_entry) = (None, None);
+    for (n, part) in parts.into_iter().enumerate() {
+        if let Some((e, r)) = part.root.top() {
+            entries[n] = Some(e);
+            refs[n] = Some(r);
+        }
+        stored_record = stored_record.or(part.stored_top_record);
+        stored_root_entry = stored_root_entry.or(part.stored_root_entry);
+    }
+    let record = encode_record(&entries);
+    if stored_record.as_ref() != Some(&record) {
+        return Err(DbError::CorruptRecord(format!(
+            "trie node record {} differs from the rebuilt trie",
+            hex::encode(record_key(None, &[]))
+        )));
+    }
+    let mut rlp = Vec::with_capacity(600);
+    encode_branch(&refs, &mut rlp);
+    let top = NodeRef::from_rlp(&rlp);
+    let root = Root {
+        entry: Some(ChildEntry::Branch(top)),
+        reference: Some(top),
+        hash: if top.is_hash() {
+            top.bytes().try_into().expect("32 bytes")
+        } else {
+            keccak256(top.bytes())
+        },
+    };
+    compare_root_entry(&root, &stored_root_entry)?;
+    Ok(root.hash)
+}
+
+fn compare_root_entry(root: &Root, stored: &Option<Vec<u8>>) -> Result<(), DbError> {
+    let want = root.entry.as_ref().map(|e| {
+        let mut v = Vec::new();
+        encode_entry(e, &mut v);
+        v
+    });
+    if want != *stored {
+        return Err(DbError::CorruptRecord(
+            "the account trie's root entry".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What a [`StreamCheck`] leaves: the top of its trie or subtree, and the two records only the
+/// whole trie's top can be compared with (the root entry and the top branch's record, when
+/// checking a subtree).
+struct Top {
+    root: Root,
+    stored_root_entry: Option<Vec<u8>>,
+    stored_top_record: Option<Vec<u8>>,
+}
+
+/// The state of [`verify`]'s pass over the records of the account trie or of one subtree.
 struct StreamCheck {
     accounts: HashBuilder,
     /// Stored account-trie branch records not matched yet, by nibble path.
     account_records: BTreeMap<Vec<u8>, Vec<u8>>,
     /// The stored root entry, when there is one.
     root_entry: Option<Vec<u8>>,
+    /// When checking a subtree: the stored record of the top branch.
+    top_record: Option<Vec<u8>>,
     /// The account whose slots and storage records come next.
     open: Option<OpenAccount>,
 }
@@ -628,6 +699,41 @@ impl From<OutOfOrder> for DbError {
 }
 
 impl StreamCheck {
+    /// A check of the account trie (`shared` 0) or of a subtree under its first `shared`
+    /// nibbles.
+    fn new(shared: usize) -> Self {
+        StreamCheck {
+            accounts: HashBuilder::below(shared),
+            account_records: BTreeMap::new(),
+            root_entry: None,
+            top_record: None,
+            open: None,
+        }
+    }
+
+    /// Visits the records from `from` on while `within(key)`.
+    fn scan(
+        &mut self,
+        snap: &Snapshot,
+        from: &[u8],
+        within: impl Fn(&[u8]) -> bool,
+    ) -> Result<(), DbError> {
+        let mut err = None;
+        snap.scan_from(from, |k, v| {
+            if !within(k) {
+                return false;
+            }
+            match self.visit(k, v) {
+                Ok(()) => true,
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })?;
+        err.map_or(Ok(()), Err)
+    }
+
     fn visit(&mut self, k: &[u8], v: &[u8]) -> Result<(), DbError> {
         let corrupt = || DbError::CorruptRecord(format!("key {}", hex::encode(k)));
         match k.len() {
@@ -669,7 +775,11 @@ impl StreamCheck {
             33 if k == ROOT_ENTRY_KEY => self.root_entry = Some(v.to_vec()),
             33 => {
                 let pos = record_position(k).ok_or_else(corrupt)?;
-                self.account_records.insert(pos, v.to_vec());
+                if pos.is_empty() && self.accounts.shared() > 0 {
+                    self.top_record = Some(v.to_vec());
+                } else {
+                    self.account_records.insert(pos, v.to_vec());
+                }
             }
             _ => return Err(corrupt()),
         }
@@ -707,8 +817,9 @@ impl StreamCheck {
         })
     }
 
-    /// Finishes the account trie, compares the root entry, and returns the rebuilt root.
-    fn finish(mut self) -> Result<B256, DbError> {
+    /// Finishes the account trie (or subtree): every stored record below its top must have
+    /// been matched.
+    fn finish(mut self) -> Result<Top, DbError> {
         self.close_account()?;
         let records = &mut self.account_records;
         let root = self
@@ -717,17 +828,11 @@ impl StreamCheck {
         if let Some(pos) = self.account_records.keys().next() {
             return Err(stale_record(None, pos));
         }
-        let want = root.entry.as_ref().map(|e| {
-            let mut v = Vec::new();
-            encode_entry(e, &mut v);
-            v
-        });
-        if want != self.root_entry {
-            return Err(DbError::CorruptRecord(
-                "the account trie's root entry".into(),
-            ));
-        }
-        Ok(root.hash)
+        Ok(Top {
+            root,
+            stored_root_entry: self.root_entry,
+            stored_top_record: self.top_record,
+        })
     }
 }
 

@@ -16,7 +16,8 @@ use crate::trie::{
     encode_branch, encode_extension, encode_leaf, encode_record, nibbles, ChildEntry, NodeRef,
 };
 
-/// A key that is not above the one before it.
+/// A key that is not above the one before it, or (under [`HashBuilder::below`]) that leaves
+/// the subtree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutOfOrder;
 
@@ -32,6 +33,8 @@ struct OpenBranch {
 
 /// Builds a trie's root from leaves in ascending key order; see the module doc.
 pub struct HashBuilder {
+    /// The nibbles every key shares (0 for a whole trie): the top is referred to from there.
+    shared: usize,
     open: Vec<OpenBranch>,
     /// The last key and its leaf bytes: where its leaf hangs depends on the next key.
     last: Option<([u8; 64], Vec<u8>)>,
@@ -44,20 +47,43 @@ impl Default for HashBuilder {
     }
 }
 
-/// The root of a finished trie: its entry as the store records it, and its hash.
+/// The top of a finished trie (or subtree): its entry as the store records it, its reference
+/// (`None` when empty) and its hash (the empty-trie root when empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Root {
     pub entry: Option<ChildEntry>,
+    pub reference: Option<NodeRef>,
     pub hash: B256,
+}
+
+impl Root {
+    /// The entry and reference of a non-empty top, as its parent branch holds them.
+    pub fn top(&self) -> Option<(ChildEntry, NodeRef)> {
+        Some((self.entry.clone()?, self.reference?))
+    }
 }
 
 impl HashBuilder {
     pub fn new() -> Self {
+        Self::below(0)
+    }
+
+    /// A builder for the subtree under the first `shared` nibbles, which every key added must
+    /// share: [`HashBuilder::finish`] then returns the subtree's top as its parent branch (at
+    /// nibble `shared - 1`) refers to it, so that subtrees built apart (on other threads) can
+    /// be joined in one branch. `Root::hash` is then the top node's hash.
+    pub fn below(shared: usize) -> Self {
         HashBuilder {
+            shared,
             open: Vec::new(),
             last: None,
             rlp: Vec::with_capacity(600),
         }
+    }
+
+    /// The nibbles every key shares (see [`HashBuilder::below`]).
+    pub fn shared(&self) -> usize {
+        self.shared
     }
 
     /// Adds the leaf of `key` carrying `value` (the leaf's bytes: RLP for an account, the
@@ -76,6 +102,10 @@ impl HashBuilder {
                 return Err(OutOfOrder.into());
             }
             let common = last.iter().zip(&key).take_while(|(a, b)| a == b).count();
+            if common < self.shared {
+                self.last = Some((last, last_value));
+                return Err(OutOfOrder.into());
+            }
             let top = self.open.last().map(|b| b.depth);
             if top.is_none_or(|d| d < common) {
                 self.open.push(OpenBranch::new(common, last));
@@ -95,14 +125,16 @@ impl HashBuilder {
         let Some((last, last_value)) = self.last.take() else {
             return Ok(Root {
                 entry: None,
+                reference: None,
                 hash: EMPTY_ROOT,
             });
         };
         if self.open.is_empty() {
-            // One leaf: the root is that leaf, its path the whole key.
-            let r = self.leaf_ref(&last, 0, &last_value);
+            // One leaf: the top is that leaf, its path the rest of the key.
+            let r = self.leaf_ref(&last, self.shared, &last_value);
             return Ok(Root {
                 entry: Some(ChildEntry::Leaf(r)),
+                reference: Some(r),
                 hash: root_hash(&r),
             });
         }
@@ -112,6 +144,7 @@ impl HashBuilder {
             .expect("closing every branch reaches the top");
         Ok(Root {
             entry: Some(entry),
+            reference: Some(r),
             hash: root_hash(&r),
         })
     }
@@ -167,7 +200,10 @@ impl HashBuilder {
                     d
                 }
                 (Some(p), None) => p,
-                (None, None) => return Ok(Some(self.reference(&b.key, 0, b.depth, branch))),
+                (None, None) => {
+                    let shared = self.shared;
+                    return Ok(Some(self.reference(&b.key, shared, b.depth, branch)));
+                }
             };
             let (entry, r) = self.reference(&b.key, parent + 1, b.depth, branch);
             let slot = b.key[parent] as usize;
@@ -245,7 +281,8 @@ mod tests {
         (b.finish(&mut on_branch).unwrap(), records)
     }
 
-    fn trie_of(leaves: &BTreeMap<B256, Vec<u8>>) -> (Root, Records) {
+    /// The root entry and hash of the `Trie` of `leaves`, and its records.
+    fn trie_of(leaves: &BTreeMap<B256, Vec<u8>>) -> ((Option<ChildEntry>, B256), Records) {
         let mut t = Trie::new();
         for (k, v) in leaves {
             t.insert(&nibbles(k), Raw(v.clone()), &NoLoader).unwrap();
@@ -255,8 +292,7 @@ mod tests {
         t.take_dirty(|pos, rec| {
             records.insert(pos.to_vec(), rec);
         });
-        let entry = t.root_entry();
-        (Root { entry, hash }, records)
+        ((t.root_entry(), hash), records)
     }
 
     /// Keys drawn from few nibble values with shared runs, so that extensions, embedded
@@ -296,9 +332,70 @@ mod tests {
             };
             let (root, records) = build(&leaves);
             let (want_root, want_records) = trie_of(&leaves);
-            assert_eq!(root, want_root, "case {case}");
+            assert_eq!((root.entry, root.hash), want_root, "case {case}");
             assert_eq!(records, want_records, "case {case}");
         }
+    }
+
+    #[test]
+    fn subtrees_built_apart_join_into_the_root() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+        let mut joined = 0;
+        for case in 0..100 {
+            let leaves = if case % 2 == 0 {
+                random_leaves(&mut rng, 1 + case % 40)
+            } else {
+                (0..case)
+                    .map(|i| (keccak256(&[i as u8, 1]), vec![i as u8]))
+                    .collect()
+            };
+            let (want_root, want_records) = trie_of(&leaves);
+            // One builder per first nibble, joined in a branch at the top.
+            let mut records = Records::new();
+            let mut tops: [Option<(ChildEntry, NodeRef)>; 16] = Default::default();
+            for (n, top) in tops.iter_mut().enumerate() {
+                let mut on_branch = |path: &[u8], rec: Vec<u8>| -> Result<(), OutOfOrder> {
+                    records.insert(path.to_vec(), rec);
+                    Ok(())
+                };
+                let mut b = HashBuilder::below(1);
+                for (k, v) in leaves.iter().filter(|(k, _)| k[0] >> 4 == n as u8) {
+                    b.add(k, v.clone(), &mut on_branch).unwrap();
+                }
+                *top = b.finish(&mut on_branch).unwrap().top();
+            }
+            if tops.iter().filter(|t| t.is_some()).count() < 2 {
+                continue; // the top of the trie is not a branch at nibble 0
+            }
+            let entries: [Option<ChildEntry>; 16] =
+                std::array::from_fn(|i| tops[i].as_ref().map(|t| t.0.clone()));
+            let refs: [Option<NodeRef>; 16] =
+                std::array::from_fn(|i| tops[i].as_ref().map(|t| t.1));
+            records.insert(vec![], encode_record(&entries));
+            let mut rlp = Vec::new();
+            encode_branch(&refs, &mut rlp);
+            let r = NodeRef::from_rlp(&rlp);
+            assert_eq!(
+                (Some(ChildEntry::Branch(r)), root_hash(&r)),
+                want_root,
+                "case {case}"
+            );
+            assert_eq!(records, want_records, "case {case}");
+            joined += 1;
+        }
+        assert!(joined >= 40, "{joined} tries joined");
+    }
+
+    #[test]
+    fn a_key_outside_the_subtree_is_an_error() {
+        let mut b = HashBuilder::below(2);
+        let mut ok = |_: &[u8], _: Vec<u8>| -> Result<(), OutOfOrder> { Ok(()) };
+        b.add(&[0x12; 32], vec![1], &mut ok).unwrap();
+        assert_eq!(b.add(&[0x13; 32], vec![1], &mut ok), Err(OutOfOrder));
+        b.add(&[0x14; 32], vec![1], &mut ok).unwrap_err();
+        let mut k = [0x12; 32];
+        k[31] = 0x13;
+        b.add(&k, vec![1], &mut ok).unwrap();
     }
 
     #[test]
@@ -318,7 +415,8 @@ mod tests {
         assert_eq!(b.add(&[1; 32], vec![1], &mut ok), Err(OutOfOrder));
         b.add(&[3; 32], vec![1], &mut ok).unwrap();
         let (want, _) = trie_of(&[([2; 32], vec![1]), ([3; 32], vec![1])].into());
-        assert_eq!(b.finish(&mut ok).unwrap(), want);
+        let root = b.finish(&mut ok).unwrap();
+        assert_eq!((root.entry, root.hash), want);
     }
 
     #[test]

@@ -124,6 +124,17 @@ fn every_damaged_record_is_reported() {
             "differs from the rebuilt trie",
         ),
         (
+            "a changed top branch record (where the subtrees checked apart join)",
+            Box::new({
+                let d = d.clone();
+                move || {
+                    let k = record_key(None, &[]);
+                    (vec![Op::Put(k.clone(), flip_last(value_of(&d, &k)))], None)
+                }
+            }),
+            "differs from the rebuilt trie",
+        ),
+        (
             "a record of no branch",
             Box::new(|| {
                 let k = record_key(None, &[0xf, 0xe, 0xd, 0xc, 0xb, 0xa, 9]);
@@ -217,5 +228,29 @@ fn every_damaged_record_is_reported() {
         println!("{what}: {e}");
     }
     assert_eq!(build(&d), root);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_store_of_one_account_is_checked_whole() {
+    // One account: the trie's top is a leaf, not a branch joining subtrees.
+    let d = dir("one");
+    let _ = std::fs::remove_dir_all(&d);
+    let mut db = Db::open(Some(&d), DbOptions::default()).unwrap();
+    let mut b = db.begin(db.finalized()).unwrap();
+    let a = addr(1);
+    b.writer.set_account(&a, Some(Account::default()));
+    b.writer.set_storage(&a, &u256(1), &u256(2)).unwrap();
+    let (id, root) = db.commit(b).unwrap();
+    db.finalize(id).unwrap();
+    assert_eq!(db.check().unwrap().1, root);
+    drop(db);
+    let k = ROOT_ENTRY_KEY.to_vec();
+    damage(
+        &d,
+        vec![Op::Put(k.clone(), flip_last(value_of(&d, &k)))],
+        None,
+    );
+    assert!(verify_error(&d).to_string().contains("root entry"));
     let _ = std::fs::remove_dir_all(&d);
 }
