@@ -27,12 +27,15 @@
 #![deny(unsafe_code)]
 
 use crate::account::{Account, AccountLeaf};
+use crate::hash_builder::{HashBuilder, OutOfOrder, Root};
 use crate::keccak::{keccak256, B256};
+use crate::rlp;
 use crate::state::{
-    decode_account_record, pack, record_key, Address, State, WriteLog, Writer, ROOT_ENTRY_KEY,
+    decode_account_record, pack, pad, record_key, Address, State, WriteLog, Writer, ROOT_ENTRY_KEY,
 };
+use crate::store::Snapshot;
 use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError};
-use crate::trie::{encode_entry, Lookup};
+use crate::trie::{encode_branch, encode_entry, encode_record, ChildEntry, Lookup, NodeRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
@@ -51,7 +54,7 @@ pub enum DbError {
     NotDescendant(BlockId),
     #[error("stored state root {stored} differs from the rebuilt root {rebuilt}")]
     RootMismatch { stored: String, rebuilt: String },
-    #[error("corrupt record under key {0}")]
+    #[error("corrupt record: {0}")]
     CorruptRecord(String),
     #[error(transparent)]
     State(#[from] crate::state::StateError),
@@ -403,7 +406,7 @@ impl Db {
             None => Ok(None),
             Some(v) => decode_account_record(&v)
                 .map(|(a, _)| Some(a))
-                .ok_or_else(|| DbError::CorruptRecord(hex::encode(k))),
+                .ok_or_else(|| DbError::CorruptRecord(format!("key {}", hex::encode(k)))),
         }
     }
 
@@ -423,7 +426,10 @@ impl Db {
                 None => bad = Some(i),
             })?;
         match bad {
-            Some(i) => Err(DbError::CorruptRecord(hex::encode(keys[i]))),
+            Some(i) => Err(DbError::CorruptRecord(format!(
+                "key {}",
+                hex::encode(keys[i])
+            ))),
             None => Ok(found),
         }
     }
@@ -563,111 +569,316 @@ fn account_ops(
     Ok(ops)
 }
 
-/// Checks the whole store: the page tree and free list, then the state rebuilt in memory
-/// from the accounts and slots: its root against the meta page's, and every branch record and
-/// root entry in the store against the rebuilt trie's (none missing, none extra, none
-/// different).
+/// Walks every page of `store` ([`Store::check`]), then streams its records in key order
+/// through hash builders (the account trie, and each account's storage while its slots pass
+/// by): every branch record the rebuilt tries produce is compared with the stored one as the
+/// branch completes, every account's storage-root entry and the root entry likewise, and the
+/// rebuilt root with the durable one. Memory: the branches open on the current path and the
+/// stored records waiting for them, not the state. The 16 subtrees under the account trie's
+/// first nibble are rebuilt apart on the rayon pool and joined in its top branch.
 fn verify(store: &Store) -> Result<CheckReport, DbError> {
+    use rayon::prelude::*;
     let report = store.check()?;
-    let mut state = State::new();
-    let mut stored_nodes: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let mut entries: BTreeMap<B256, Vec<u8>> = BTreeMap::new();
-    let mut err = None;
-    store.for_each(|k, v| {
-        if err.is_some() {
-            return;
-        }
-        let r = match k.len() {
-            32 => {
-                let haddr: B256 = k.try_into().expect("32 bytes");
-                match decode_account_record(v) {
-                    Some((a, _)) => {
-                        let n = Account::from_store_prefix(v)
-                            .map_or(0, |(_, rest)| v.len() - rest.len());
-                        entries.insert(haddr, v[n..].to_vec());
-                        state
-                            .set_account_hashed(&haddr, Some(a))
-                            .map_err(DbError::from)
-                    }
-                    None => Err(DbError::CorruptRecord(hex::encode(k))),
-                }
-            }
-            64 if !v.is_empty() && v.len() <= 32 && v[0] != 0 => {
-                let mut value = [0u8; 32];
-                value[32 - v.len()..].copy_from_slice(v);
-                state
-                    .set_storage_hashed(
-                        &k[..32].try_into().expect("32"),
-                        &k[32..].try_into().expect("32"),
-                        &value,
-                    )
-                    .map_err(DbError::from)
-            }
-            33 | 65 => {
-                stored_nodes.insert(k.to_vec(), v.to_vec());
-                Ok(())
-            }
-            _ => Err(DbError::CorruptRecord(hex::encode(k))),
-        };
-        if let Err(e) = r {
-            err = Some(e);
-        }
-    })?;
-    if let Some(e) = err {
-        return Err(e);
-    }
+    let snap = store.snapshot();
+    let parts = (0u8..16)
+        .into_par_iter()
+        .map(|n| {
+            let mut check = StreamCheck::new(1);
+            check.scan(&snap, &[n << 4], |k| k[0] >> 4 == n)?;
+            check.finish()
+        })
+        .collect::<Result<Vec<Top>, DbError>>()?;
+    let root = if parts.iter().filter(|p| p.root.entry.is_some()).count() < 2 {
+        // The trie's top is not a branch at the first nibble (at most one subtree): rebuild
+        // it whole.
+        let mut check = StreamCheck::new(0);
+        check.scan(&snap, &[], |_| true)?;
+        let top = check.finish()?;
+        compare_root_entry(&top.root, &top.stored_root_entry)?;
+        top.root.hash
+    } else {
+        join_parts(parts)?
+    };
     let meta = store.meta();
-    let root = state.root();
     if root != meta.state_root {
         return Err(DbError::RootMismatch {
             stored: hex::encode(meta.state_root),
             rebuilt: hex::encode(root),
         });
     }
-    // The records the rebuilt trie would write, against those in the store.
-    let mut expect: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let trie = state.account_trie();
-    trie.take_dirty(|pos, rec| {
-        expect.insert(record_key(None, pos), rec);
-    });
-    if let Some(e) = trie.root_entry() {
-        let mut v = Vec::new();
-        encode_entry(&e, &mut v);
-        expect.insert(ROOT_ENTRY_KEY.to_vec(), v);
-    }
-    let mut bad = None;
-    for (haddr, stored_entry) in &entries {
-        let leaf = state.written_leaf(haddr).expect("rebuilt from this record");
-        let mut v = Vec::new();
-        if let Some(e) = leaf.storage.root_entry() {
-            encode_entry(&e, &mut v);
+    Ok(report)
+}
+
+/// The account trie's top branch from its 16 subtrees: its record and the root entry against
+/// the stored ones (both in the first subtree's key range); returns the root hash.
+fn join_parts(parts: Vec<Top>) -> Result<B256, DbError> {
+    let mut entries: [Option<ChildEntry>; 16] = Default::default();
+    let mut refs: [Option<NodeRef>; 16] = [None; 16];
+    let (mut stored_record, mut stored_root_entry) = (None, None);
+    for (n, part) in parts.into_iter().enumerate() {
+        if let Some((e, r)) = part.root.top() {
+            entries[n] = Some(e);
+            refs[n] = Some(r);
         }
-        if v != *stored_entry && bad.is_none() {
-            bad = Some(format!("storage root of account {}", hex::encode(haddr)));
-        }
-        leaf.storage.take_dirty(|pos, rec| {
-            expect.insert(record_key(Some(haddr), pos), rec);
-        });
+        stored_record = stored_record.or(part.stored_top_record);
+        stored_root_entry = stored_root_entry.or(part.stored_root_entry);
     }
-    if let Some(b) = bad {
-        return Err(DbError::CorruptRecord(b));
-    }
-    if expect != stored_nodes {
-        let first = expect
-            .iter()
-            .find(|(k, v)| stored_nodes.get(*k) != Some(v))
-            .map(|(k, _)| k.clone())
-            .or_else(|| {
-                stored_nodes
-                    .keys()
-                    .find(|k| !expect.contains_key(*k))
-                    .cloned()
-            })
-            .unwrap_or_default();
+    let record = encode_record(&entries);
+    if stored_record.as_ref() != Some(&record) {
         return Err(DbError::CorruptRecord(format!(
             "trie node record {} differs from the rebuilt trie",
-            hex::encode(first)
+            hex::encode(record_key(None, &[]))
         )));
     }
-    Ok(report)
+    let mut rlp = Vec::with_capacity(600);
+    encode_branch(&refs, &mut rlp);
+    let top = NodeRef::from_rlp(&rlp);
+    let root = Root {
+        entry: Some(ChildEntry::Branch(top)),
+        reference: Some(top),
+        hash: if top.is_hash() {
+            top.bytes().try_into().expect("32 bytes")
+        } else {
+            keccak256(top.bytes())
+        },
+    };
+    compare_root_entry(&root, &stored_root_entry)?;
+    Ok(root.hash)
+}
+
+fn compare_root_entry(root: &Root, stored: &Option<Vec<u8>>) -> Result<(), DbError> {
+    let want = root.entry.as_ref().map(|e| {
+        let mut v = Vec::new();
+        encode_entry(e, &mut v);
+        v
+    });
+    if want != *stored {
+        return Err(DbError::CorruptRecord(
+            "the account trie's root entry".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What a [`StreamCheck`] leaves: the top of its trie or subtree, and the two records only the
+/// whole trie's top can be compared with (the root entry and the top branch's record, when
+/// checking a subtree).
+struct Top {
+    root: Root,
+    stored_root_entry: Option<Vec<u8>>,
+    stored_top_record: Option<Vec<u8>>,
+}
+
+/// The state of [`verify`]'s pass over the records of the account trie or of one subtree.
+struct StreamCheck {
+    accounts: HashBuilder,
+    /// Stored account-trie branch records not matched yet, by nibble path.
+    account_records: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The stored root entry, when there is one.
+    root_entry: Option<Vec<u8>>,
+    /// When checking a subtree: the stored record of the top branch.
+    top_record: Option<Vec<u8>>,
+    /// The account whose slots and storage records come next.
+    open: Option<OpenAccount>,
+}
+
+struct OpenAccount {
+    haddr: B256,
+    account: Account,
+    /// The record's bytes after the account: its storage trie's root entry.
+    storage_entry: Vec<u8>,
+    slots: HashBuilder,
+    /// Stored branch records of its storage trie not matched yet, by nibble path.
+    records: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl From<OutOfOrder> for DbError {
+    fn from(_: OutOfOrder) -> Self {
+        DbError::CorruptRecord("keys out of order".into())
+    }
+}
+
+impl StreamCheck {
+    /// A check of the account trie (`shared` 0) or of a subtree under its first `shared`
+    /// nibbles.
+    fn new(shared: usize) -> Self {
+        StreamCheck {
+            accounts: HashBuilder::below(shared),
+            account_records: BTreeMap::new(),
+            root_entry: None,
+            top_record: None,
+            open: None,
+        }
+    }
+
+    /// Visits the records from `from` on while `within(key)`.
+    fn scan(
+        &mut self,
+        snap: &Snapshot,
+        from: &[u8],
+        within: impl Fn(&[u8]) -> bool,
+    ) -> Result<(), DbError> {
+        let mut err = None;
+        snap.scan_from(from, |k, v| {
+            if !within(k) {
+                return false;
+            }
+            match self.visit(k, v) {
+                Ok(()) => true,
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })?;
+        err.map_or(Ok(()), Err)
+    }
+
+    fn visit(&mut self, k: &[u8], v: &[u8]) -> Result<(), DbError> {
+        let corrupt = || DbError::CorruptRecord(format!("key {}", hex::encode(k)));
+        match k.len() {
+            32 => {
+                self.close_account()?;
+                let (account, _) = decode_account_record(v).ok_or_else(corrupt)?;
+                let n = Account::from_store_prefix(v).map_or(0, |(_, rest)| v.len() - rest.len());
+                self.open = Some(OpenAccount {
+                    haddr: k.try_into().expect("32 bytes"),
+                    account,
+                    storage_entry: v[n..].to_vec(),
+                    slots: HashBuilder::new(),
+                    records: BTreeMap::new(),
+                });
+            }
+            64 | 65 => {
+                // A slot or storage record belongs to the account just before it in key order.
+                let a = self
+                    .open
+                    .as_mut()
+                    .filter(|a| a.haddr[..] == k[..32])
+                    .ok_or_else(corrupt)?;
+                if k.len() == 65 {
+                    let pos = record_position(&k[32..]).ok_or_else(corrupt)?;
+                    a.records.insert(pos, v.to_vec());
+                    return Ok(());
+                }
+                if v.is_empty() || v.len() > 32 || v[0] == 0 {
+                    return Err(corrupt());
+                }
+                let mut leaf = Vec::with_capacity(33);
+                rlp::encode_bytes(&mut leaf, v);
+                let slot: B256 = k[32..].try_into().expect("32 bytes");
+                let (records, owner) = (&mut a.records, Some(&a.haddr));
+                a.slots.add(&slot, leaf, &mut |pos, rec| {
+                    match_record(records, owner, pos, rec)
+                })?;
+            }
+            33 if k == ROOT_ENTRY_KEY => self.root_entry = Some(v.to_vec()),
+            33 => {
+                let pos = record_position(k).ok_or_else(corrupt)?;
+                if pos.is_empty() && self.accounts.shared() > 0 {
+                    self.top_record = Some(v.to_vec());
+                } else {
+                    self.account_records.insert(pos, v.to_vec());
+                }
+            }
+            _ => return Err(corrupt()),
+        }
+        Ok(())
+    }
+
+    /// Finishes the open account's storage trie, compares its root entry with the record's,
+    /// and adds the account's leaf to the account trie.
+    fn close_account(&mut self) -> Result<(), DbError> {
+        let Some(mut a) = self.open.take() else {
+            return Ok(());
+        };
+        let owner = Some(&a.haddr);
+        let storage = a
+            .slots
+            .finish(&mut |pos, rec| match_record(&mut a.records, owner, pos, rec))?;
+        let mut want = Vec::new();
+        if let Some(e) = &storage.entry {
+            encode_entry(e, &mut want);
+        }
+        if want != a.storage_entry {
+            return Err(DbError::CorruptRecord(format!(
+                "storage root of account {}",
+                hex::encode(a.haddr)
+            )));
+        }
+        if let Some(pos) = a.records.keys().next() {
+            return Err(stale_record(owner, pos));
+        }
+        let mut leaf = Vec::with_capacity(110);
+        a.account.rlp(&storage.hash, &mut leaf);
+        let records = &mut self.account_records;
+        self.accounts.add(&a.haddr, leaf, &mut |pos, rec| {
+            match_record(records, None, pos, rec)
+        })
+    }
+
+    /// Finishes the account trie (or subtree): every stored record below its top must have
+    /// been matched.
+    fn finish(mut self) -> Result<Top, DbError> {
+        self.close_account()?;
+        let records = &mut self.account_records;
+        let root = self
+            .accounts
+            .finish(&mut |pos, rec| match_record(records, None, pos, rec))?;
+        if let Some(pos) = self.account_records.keys().next() {
+            return Err(stale_record(None, pos));
+        }
+        Ok(Top {
+            root,
+            stored_root_entry: self.root_entry,
+            stored_top_record: self.top_record,
+        })
+    }
+}
+
+/// Compares the record the rebuilt trie made for the branch at `pos` with the stored one, and
+/// requires that no other stored record lies below `pos` (the branches below it are complete).
+fn match_record(
+    stored: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    owner: Option<&B256>,
+    pos: &[u8],
+    record: Vec<u8>,
+) -> Result<(), DbError> {
+    if stored.remove(pos).as_ref() != Some(&record) {
+        return Err(DbError::CorruptRecord(format!(
+            "trie node record {} differs from the rebuilt trie",
+            hex::encode(record_key(owner, pos))
+        )));
+    }
+    match stored.range(pos.to_vec()..).next() {
+        Some((below, _)) if below.starts_with(pos) => Err(stale_record(owner, below)),
+        _ => Ok(()),
+    }
+}
+
+fn stale_record(owner: Option<&B256>, pos: &[u8]) -> DbError {
+    DbError::CorruptRecord(format!(
+        "trie node record {} is not a node of the rebuilt trie",
+        hex::encode(record_key(owner, pos))
+    ))
+}
+
+/// The nibble path of a record key's last 33 bytes `pad(p) ++ [len(p)]`; `None` unless the
+/// nibbles after `p` are zero.
+fn record_position(k: &[u8]) -> Option<Vec<u8>> {
+    let (&len, padded) = k.split_last()?;
+    let len = len as usize;
+    if len > 64 {
+        return None;
+    }
+    let pos: Vec<u8> = (0..len)
+        .map(|i| {
+            if i % 2 == 0 {
+                padded[i / 2] >> 4
+            } else {
+                padded[i / 2] & 15
+            }
+        })
+        .collect();
+    (pad(&pos)[..] == *padded).then_some(pos)
 }

@@ -20,6 +20,7 @@ pub mod account;
 pub mod bench;
 pub mod db;
 pub mod genesis;
+pub mod hash_builder;
 pub mod keccak;
 pub mod keccak_x8;
 mod mapping;

@@ -1387,37 +1387,51 @@ fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
     match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Leaf { path, value } => {
-            let hp = hex_prefix(path, true);
             let mut v = Vec::with_capacity(120);
             value.leaf_bytes(&mut v);
-            rlp::encode_list_header(out, rlp::bytes_len(&hp) + rlp::bytes_len(&v));
-            rlp::encode_bytes(out, &hp);
-            rlp::encode_bytes(out, &v);
+            encode_leaf(path, &v, out);
         }
-        Node::Extension { path, child } => {
-            let hp = hex_prefix(path, false);
-            let r = child_ref(child);
-            rlp::encode_list_header(out, rlp::bytes_len(&hp) + r.encoded_len());
-            rlp::encode_bytes(out, &hp);
-            r.encode(out);
-        }
+        Node::Extension { path, child } => encode_extension(path, &child_ref(child), out),
         Node::Branch { children } => {
             let refs: [Option<NodeRef>; 16] =
                 std::array::from_fn(|i| children[i].as_ref().map(child_ref));
-            let len = 1 + refs
-                .iter()
-                .map(|r| r.map_or(1, |r| r.encoded_len()))
-                .sum::<usize>();
-            rlp::encode_list_header(out, len);
-            for r in &refs {
-                match r {
-                    Some(r) => r.encode(out),
-                    None => out.push(0x80),
-                }
-            }
-            out.push(0x80);
+            encode_branch(&refs, out);
         }
     }
+}
+
+/// Appends the RLP of a leaf node: `[hex_prefix(path, leaf), value]`, `value` being the
+/// leaf's bytes (itself RLP for an account).
+pub fn encode_leaf(path: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    let hp = hex_prefix(path, true);
+    rlp::encode_list_header(out, rlp::bytes_len(&hp) + rlp::bytes_len(value));
+    rlp::encode_bytes(out, &hp);
+    rlp::encode_bytes(out, value);
+}
+
+/// Appends the RLP of an extension node over the node referenced by `child`.
+pub fn encode_extension(path: &[u8], child: &NodeRef, out: &mut Vec<u8>) {
+    let hp = hex_prefix(path, false);
+    rlp::encode_list_header(out, rlp::bytes_len(&hp) + child.encoded_len());
+    rlp::encode_bytes(out, &hp);
+    child.encode(out);
+}
+
+/// Appends the RLP of a branch node (no value: keys all have the same length) with children
+/// `refs`.
+pub fn encode_branch(refs: &[Option<NodeRef>; 16], out: &mut Vec<u8>) {
+    let len = 1 + refs
+        .iter()
+        .map(|r| r.map_or(1, |r| r.encoded_len()))
+        .sum::<usize>();
+    rlp::encode_list_header(out, len);
+    for r in refs {
+        match r {
+            Some(r) => r.encode(out),
+            None => out.push(0x80),
+        }
+    }
+    out.push(0x80);
 }
 
 #[cfg(test)]
