@@ -52,3 +52,42 @@ fn closed_stdout_is_not_a_panic() {
         assert!(out.status.success(), "json {json}: {:?} {err}", out.status);
     }
 }
+
+/// `bench --runs 3` measures every mode three times (alternating) and reports the round of
+/// median Sol/s; `--runs 0` is refused by the argument parser.
+#[test]
+fn bench_runs_rounds_and_reports_the_median() {
+    let bench = |runs: &str| {
+        Command::new(env!("CARGO_BIN_EXE_proofkit"))
+            .args(["equihash", "bench", "--variant", "48_5", "--iters", "2"])
+            .args(["--runs", runs, "--json"])
+            .output()
+            .expect("run proofkit")
+    };
+    let out = bench("3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = v.to_string();
+    assert!(text.contains("\"runs\":3"), "{text}");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "full, pr and em: {text}");
+    for row in rows {
+        let each: Vec<f64> = row["sol_per_s_of_each_run"]
+            .as_array()
+            .expect("one Sol/s per run")
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(each.len(), 3, "{row}");
+        let mut sorted = each.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(row["Sol/s"].as_f64().unwrap(), sorted[1], "{row}");
+    }
+    let out = bench("0");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--runs"));
+}
