@@ -27,7 +27,7 @@
 #![deny(unsafe_code)]
 
 use crate::account::{Account, AccountLeaf};
-use crate::hash_builder::{HashBuilder, OutOfOrder, Root};
+use crate::hash_builder::{root_hash, HashBuilder, OutOfOrder, Root};
 use crate::keccak::{keccak256, B256};
 use crate::rlp;
 use crate::state::{
@@ -636,11 +636,7 @@ fn join_parts(parts: Vec<Top>) -> Result<B256, DbError> {
     let root = Root {
         entry: Some(ChildEntry::Branch(top)),
         reference: Some(top),
-        hash: if top.is_hash() {
-            top.bytes().try_into().expect("32 bytes")
-        } else {
-            keccak256(top.bytes())
-        },
+        hash: root_hash(&top),
     };
     compare_root_entry(&root, &stored_root_entry)?;
     Ok(root.hash)

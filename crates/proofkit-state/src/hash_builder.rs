@@ -240,7 +240,7 @@ impl HashBuilder {
 }
 
 /// The root hash of a trie whose top node has reference `r` (hashed even when short).
-fn root_hash(r: &NodeRef) -> B256 {
+pub fn root_hash(r: &NodeRef) -> B256 {
     if r.is_hash() {
         r.bytes().try_into().expect("a hash reference is 32 bytes")
     } else {

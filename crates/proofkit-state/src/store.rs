@@ -1960,6 +1960,21 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use std::collections::{BTreeMap, HashSet};
 
+    /// Applies `ops`, in key order as `Store::apply` takes them, to a model of the contents.
+    fn apply_to_model(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[Op]) {
+        for op in ops {
+            match op {
+                Op::Put(k, v) => {
+                    model.insert(k.clone(), v.clone());
+                }
+                Op::Del(k) => {
+                    model.remove(k);
+                }
+                Op::DelPrefix(p) => model.retain(|k, _| !k.starts_with(p)),
+            }
+        }
+    }
+
     fn contents(s: &Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
         let mut m = BTreeMap::new();
         s.for_each(|k, v| {
@@ -2010,17 +2025,7 @@ mod tests {
             }
             let mut sorted = ops.clone();
             sorted.sort_by(|a, b| a.key().cmp(b.key()).then(a.rank().cmp(&b.rank())));
-            for op in &sorted {
-                match op {
-                    Op::Put(k, v) => {
-                        model.insert(k.clone(), v.clone());
-                    }
-                    Op::Del(k) => {
-                        model.remove(k);
-                    }
-                    Op::DelPrefix(p) => model.retain(|k, _| !k.starts_with(p)),
-                }
-            }
+            apply_to_model(&mut model, &sorted);
             s.apply(ops).unwrap();
             s.commit(round, [round as u8; 32], CommitLevel::None)
                 .unwrap();
@@ -2504,17 +2509,7 @@ mod tests {
             }
             let mut ops: Vec<Op> = ops.into_values().collect();
             ops.sort_by(|a, b| a.key().cmp(b.key()).then(a.rank().cmp(&b.rank())));
-            for op in &ops {
-                match op {
-                    Op::Put(k, v) => {
-                        model.insert(k.clone(), v.clone());
-                    }
-                    Op::Del(k) => {
-                        model.remove(k);
-                    }
-                    Op::DelPrefix(p) => model.retain(|k, _| !k.starts_with(p)),
-                }
-            }
+            apply_to_model(&mut model, &ops);
             s.apply(ops).unwrap();
             s.commit(round, [0; 32], CommitLevel::None).unwrap();
             assert_eq!(contents(&s), model, "round {round}");
