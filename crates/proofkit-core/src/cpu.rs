@@ -12,6 +12,7 @@ pub struct CpuFeatures {
     pub sse41: bool,
     pub avx2: bool,
     pub avx512f: bool,
+    pub avx512vl: bool,
     pub avx512bw: bool,
     pub sha: bool,
     pub bmi2: bool,
@@ -26,6 +27,7 @@ impl CpuFeatures {
             (self.sse41, "sse4.1"),
             (self.avx2, "avx2"),
             (self.avx512f, "avx512f"),
+            (self.avx512vl, "avx512vl"),
             (self.avx512bw, "avx512bw"),
             (self.sha, "sha"),
             (self.bmi2, "bmi2"),
@@ -42,6 +44,7 @@ fn detect() -> CpuFeatures {
         sse41: std::arch::is_x86_feature_detected!("sse4.1"),
         avx2: std::arch::is_x86_feature_detected!("avx2"),
         avx512f: std::arch::is_x86_feature_detected!("avx512f"),
+        avx512vl: std::arch::is_x86_feature_detected!("avx512vl"),
         avx512bw: std::arch::is_x86_feature_detected!("avx512bw"),
         sha: std::arch::is_x86_feature_detected!("sha"),
         bmi2: std::arch::is_x86_feature_detected!("bmi2"),
@@ -97,7 +100,7 @@ mod tests {
         }
         assert_eq!(
             a.names().len(),
-            [a.aes, a.ssse3, a.sse41, a.avx2, a.avx512f, a.avx512bw, a.sha, a.bmi2]
+            [a.aes, a.ssse3, a.sse41, a.avx2, a.avx512f, a.avx512vl, a.avx512bw, a.sha, a.bmi2]
                 .iter()
                 .filter(|x| **x)
                 .count()

@@ -289,6 +289,39 @@ pub fn free_hugetlb_pages() -> u64 {
         .unwrap_or(0)
 }
 
+/// Hints the CPU to bring the cache line holding `value` into all cache levels. A hint only:
+/// never faults, never changes results.
+#[inline(always)]
+pub fn prefetch_read<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 has no architectural effect and cannot fault, whatever the address;
+    // SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            value as *const T as *const i8,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
+/// Hints that the cache line at `base + offset` will be read soon. Takes a raw address (computed
+/// with wrapping arithmetic, never dereferenced) for reads whose target is only known as an
+/// index into memory another borrow is using.
+#[inline(always)]
+pub fn prefetch_address(base: *const u8, offset: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 has no architectural effect and cannot fault, whatever the address;
+    // SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            base.wrapping_add(offset) as *const i8,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (base, offset);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,37 +364,4 @@ mod tests {
             Err(MemoryError::Empty)
         ));
     }
-}
-
-/// Hints the CPU to bring the cache line holding `value` into all cache levels. A hint only:
-/// never faults, never changes results.
-#[inline(always)]
-pub fn prefetch_read<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 has no architectural effect and cannot fault, whatever the address;
-    // SSE is part of the x86-64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            value as *const T as *const i8,
-        )
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
-
-/// Hints that the cache line at `base + offset` will be read soon. Takes a raw address (computed
-/// with wrapping arithmetic, never dereferenced) for reads whose target is only known as an
-/// index into memory another borrow is using.
-#[inline(always)]
-pub fn prefetch_address(base: *const u8, offset: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 has no architectural effect and cannot fault, whatever the address;
-    // SSE is part of the x86-64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            base.wrapping_add(offset) as *const i8,
-        )
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (base, offset);
 }

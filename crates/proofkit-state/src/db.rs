@@ -37,6 +37,7 @@ use crate::store::Snapshot;
 use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError};
 use crate::trie::{encode_branch, encode_entry, encode_record, ChildEntry, Lookup, NodeRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use thiserror::Error;
@@ -735,12 +736,14 @@ impl StreamCheck {
         match k.len() {
             32 => {
                 self.close_account()?;
-                let (account, _) = decode_account_record(v).ok_or_else(corrupt)?;
-                let n = Account::from_store_prefix(v).map_or(0, |(_, rest)| v.len() - rest.len());
+                // The rest is the storage trie's root entry, compared as bytes when the
+                // account's slots are done.
+                let (account, storage_entry) =
+                    Account::from_store_prefix(v).map_err(|_| corrupt())?;
                 self.open = Some(OpenAccount {
                     haddr: k.try_into().expect("32 bytes"),
                     account,
-                    storage_entry: v[n..].to_vec(),
+                    storage_entry: storage_entry.to_vec(),
                     slots: HashBuilder::new(),
                     records: BTreeMap::new(),
                 });
@@ -846,7 +849,10 @@ fn match_record(
             hex::encode(record_key(owner, pos))
         )));
     }
-    match stored.range(pos.to_vec()..).next() {
+    match stored
+        .range::<[u8], _>((Bound::Included(pos), Bound::Unbounded))
+        .next()
+    {
         Some((below, _)) if below.starts_with(pos) => Err(stale_record(owner, below)),
         _ => Ok(()),
     }

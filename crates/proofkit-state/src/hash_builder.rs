@@ -13,7 +13,8 @@
 
 use crate::keccak::{keccak256, B256, EMPTY_ROOT};
 use crate::trie::{
-    encode_branch, encode_extension, encode_leaf, encode_record, nibbles, ChildEntry, NodeRef,
+    common_prefix, encode_branch, encode_extension, encode_leaf, encode_record, nibbles,
+    ChildEntry, NodeRef,
 };
 
 /// A key that is not above the one before it, or (under [`HashBuilder::below`]) that leaves
@@ -101,7 +102,7 @@ impl HashBuilder {
                 self.last = Some((last, last_value));
                 return Err(OutOfOrder.into());
             }
-            let common = last.iter().zip(&key).take_while(|(a, b)| a == b).count();
+            let common = common_prefix(&last, &key);
             if common < self.shared {
                 self.last = Some((last, last_value));
                 return Err(OutOfOrder.into());

@@ -331,7 +331,7 @@ pub fn nibbles(key: &B256) -> [u8; 64] {
     n
 }
 
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 

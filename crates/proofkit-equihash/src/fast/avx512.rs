@@ -18,9 +18,8 @@ use std::sync::OnceLock;
 pub(super) fn available() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        !proofkit_core::cpu::env_flag("PROOFKIT_FORCE_PORTABLE")
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
+        let cpu = proofkit_core::cpu::features();
+        cpu.avx512f && cpu.avx512vl && !proofkit_core::cpu::env_flag("PROOFKIT_FORCE_PORTABLE")
     })
 }
 
