@@ -228,6 +228,8 @@ fn bench(a: BenchArgs) -> CliResult {
             "Pages reused P90",
             "Total pages P90",
             "peak_rss_kb",
+            "block ms (median)",
+            "CPU ms per block",
         ],
     );
     for r in &s.rows {
@@ -240,6 +242,8 @@ fn bench(a: BenchArgs) -> CliResult {
             ("Pages reused P90", json!(r.reused_pages_p90)),
             ("Total pages P90", json!(r.total_pages_p90)),
             ("peak_rss_kb", json!(r.peak_rss_kb)),
+            ("block ms (median)", json!(r.block_ms_median)),
+            ("CPU ms per block", json!(r.cpu_ms_per_block)),
         ]);
     }
     let peer = match a.peer {

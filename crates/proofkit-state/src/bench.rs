@@ -51,6 +51,9 @@ pub struct Row {
     pub peak_rss_kb: u64,
     /// Median time of a block (write, root, finalize) since the previous row.
     pub block_ms_median: f64,
+    /// Process CPU (all threads, the commit thread's included) per block since the previous
+    /// row, in ms: the flatness of a block's cost, less sensitive to other load than wall time.
+    pub cpu_ms_per_block: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -167,6 +170,7 @@ pub fn run_paprika_rows(
     let (mut write_cpu, mut root_cpu, mut finalize_cpu) = (0.0, 0.0, 0.0);
     let cpu = || proofkit_core::cputime::process_cpu_time().map_or(0.0, |d| d.as_secs_f64());
     let start = Instant::now();
+    let (mut row_cpu, mut row_block) = (cpu(), 0);
     for n in 1..=cfg.blocks {
         let t0 = Instant::now();
         let c0 = cpu();
@@ -248,7 +252,9 @@ pub fn run_paprika_rows(
                 total_pages_p90: p90(&mut total),
                 peak_rss_kb: proofkit_core::peak::peak_rss_kb(),
                 block_ms_median: median(&mut since_row),
+                cpu_ms_per_block: (cpu() - row_cpu) * 1e3 / (n - row_block) as f64,
             });
+            (row_cpu, row_block) = (cpu(), n);
             on_row(rows.last().expect("just pushed"));
             since_row.clear();
             new.clear();
