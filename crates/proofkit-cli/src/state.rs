@@ -6,7 +6,7 @@ use crate::state_peer::PeerName;
 use crate::util::{emit, progress_bar, CliResult, ExitCode};
 use proofkit_core::peak::peak_rss_kb;
 use proofkit_core::report::Report;
-use proofkit_state::bench::{run_paprika, PaprikaConfig};
+use proofkit_state::bench::{run_paprika_rows, PaprikaConfig, Row};
 use proofkit_state::proof::{get_proof, verify};
 use proofkit_state::{Address, CommitLevel, Db, DbOptions};
 use serde_json::json;
@@ -207,7 +207,23 @@ fn bench(a: BenchArgs) -> CliResult {
     };
     let pb = progress_bar(a.blocks, "state bench", a.json);
     let cpu0 = cpu_seconds();
-    let s = run_paprika(&cfg, &|_| pb.inc(1)).map_err(|e| ExitCode(1, e.to_string()))?;
+    // Each row also goes to stderr as it comes: a long run shows its course, and a run cut
+    // short still leaves its rows.
+    let row_line = |r: &Row| {
+        pb.suspend(|| {
+            eprintln!(
+                "at block {}: {:.1} blocks/s, {:.3} GB, block {:.1} ms (median), {:.1} ms CPU per block, peak RSS {} kB",
+                r.at_block,
+                r.avg_blocks_per_s,
+                r.space_bytes as f64 / 1e9,
+                r.block_ms_median,
+                r.cpu_ms_per_block,
+                r.peak_rss_kb
+            )
+        })
+    };
+    let s = run_paprika_rows(&cfg, &|_| pb.inc(1), &row_line)
+        .map_err(|e| ExitCode(1, e.to_string()))?;
     let cpu = cpu_seconds() - cpu0;
     pb.finish_and_clear();
     if let Some(d) = &dir {
