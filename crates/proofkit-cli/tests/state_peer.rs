@@ -77,6 +77,18 @@ fn assert_same_root(v: &Value) {
         .all(|r| r["Avg speed (blocks/s)"].as_f64().unwrap() > 0.0
             && r["peak_rss_kb"].as_u64().unwrap() > 0));
     assert_eq!(info["geth_accounts_read_back"], 1000);
+    // proofkit's rows carry the block time and the CPU per block of their window.
+    let ours: Vec<&Value> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["impl"] == "proofkit")
+        .collect();
+    assert_eq!(ours.len(), 4);
+    assert!(ours
+        .iter()
+        .all(|r| r["block ms (median)"].as_f64().unwrap() > 0.0
+            && r["CPU ms per block"].as_f64().unwrap() > 0.0));
 }
 
 #[test]
