@@ -302,7 +302,8 @@ pub fn run_paprika_rows(
 }
 
 /// Reads the accounts of blocks `1..=blocks` (`accounts_per_block` each) back from the page
-/// store of `db` on `threads` threads and checks each one's balance (the block's number).
+/// store of `db` on `threads` threads and checks each one (balance: the block's number, nonce 0,
+/// no code), as the run wrote it.
 /// `batch` accounts at a time go to [`Db::stored_accounts`] (one key-ordered lookup).
 pub fn read_back(
     db: &Db,
@@ -320,23 +321,28 @@ pub fn read_back(
                 s.spawn(move || -> Result<(), BenchError> {
                     let end = ((c + 1) * chunk).min(accounts);
                     let mut k = c * chunk;
-                    let (mut addrs, mut balances) = (Vec::new(), Vec::new());
+                    let (mut addrs, mut wanted) = (Vec::new(), Vec::new());
                     while k < end {
                         // The addresses of one block's accounts hash together.
                         let batch_end = (k + batch).min(end);
                         addrs.clear();
-                        balances.clear();
+                        wanted.clear();
                         while k < batch_end {
                             let (n, i) = (k / accounts_per_block + 1, k % accounts_per_block);
                             let to = accounts_per_block.min(i + batch_end - k);
                             addrs.extend(addresses(n, i, to));
-                            balances.extend(std::iter::repeat_n(u256(n), (to - i) as usize));
+                            let want = Account {
+                                nonce: 0,
+                                balance: u256(n),
+                                ..Default::default()
+                            };
+                            wanted.extend(std::iter::repeat_n(want, (to - i) as usize));
                             k += to - i;
                         }
                         let first = batch_end - addrs.len() as u64;
                         let found = db.stored_accounts(&addrs)?;
-                        for ((j, a), b) in (first..).zip(found).zip(&balances) {
-                            if a.map(|a| a.balance).as_ref() != Some(b) {
+                        for ((j, a), want) in (first..).zip(found).zip(&wanted) {
+                            if a.as_ref() != Some(want) {
                                 return Err(BenchError::ReadBack(j));
                             }
                         }

@@ -293,7 +293,7 @@ impl Snapshot {
         self.meta
     }
 
-    /// The value of `key` at this root.
+    /// The value of `key` at this root (`BadKey` for an empty key or one over `MAX_KEY` bytes).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.view().get(key)
     }
@@ -325,19 +325,6 @@ fn slot(key: &[u8], depth: usize) -> usize {
     } else {
         0
     }
-}
-
-/// `a.cmp(b)`, deciding on the first eight bytes as one integer when they differ (they nearly
-/// always do between hashed keys) instead of calling `memcmp` for each leaf entry scanned.
-#[inline]
-fn cmp_keys(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
-        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
-        if x != y {
-            return x.cmp(&y);
-        }
-    }
-    a.cmp(b)
 }
 
 /// The distinct children of a branch in slot order: (first slot, last slot, page).
@@ -517,6 +504,10 @@ impl EntryHeader {
 #[inline(always)]
 fn entry_header(id: u32, p: &[u8], o: usize, prev_len: usize) -> Result<EntryHeader, StoreError> {
     let bad = || StoreError::Corrupt(format!("leaf page {id}: malformed entry at byte {o}"));
+    // As an array, so that the offsets checked against `PAGE` below need no other bounds check.
+    let Ok(p) = <&[u8; PAGE]>::try_from(p) else {
+        return Err(bad());
+    };
     if o + 3 > PAGE {
         return Err(bad());
     }
@@ -620,26 +611,96 @@ impl<'a> LeafCursor<'a> {
     }
 }
 
-/// The value of `key` in leaf page `id` (bytes `p`), found without rebuilding the keys it
-/// passes: while scanning, `m` is how many bytes the current key shares with `key`, which it
-/// is below. An entry sharing more than `m` bytes with the key before it is below `key` too
-/// (it agrees with that key where it differs from `key`), one sharing fewer is above it (it
-/// differs from that key where that key agreed with `key`, upwards), and only one sharing
-/// exactly `m` needs its suffix compared.
-fn find_in_leaf<'a>(id: u32, p: &'a [u8], key: &[u8]) -> Result<Option<&'a [u8]>, StoreError> {
-    let left = u16::from_le_bytes([p[2], p[3]]) as usize;
-    let (mut o, mut m, mut prev_len) = (HEADER, 0, 0);
-    let mut buf = [0u8; MAX_KEY];
-    for _ in 0..left {
-        let h = entry_header(id, p, o, prev_len)?;
-        let next = h.end();
-        prev_len = h.key_len();
+/// A search of one leaf page for keys in ascending order that skips the entries it passes
+/// without rebuilding their keys: while scanning, `m` is how many bytes the entry before the
+/// next one shares with the key sought, which it is below. An entry sharing more than `m` bytes
+/// with the key before it is below the key too (it agrees with that key where that key differs
+/// from the sought one), one sharing fewer is above it (it differs from that key where that key
+/// agreed with the sought one, upwards), and only one sharing exactly `m` needs its stored
+/// suffix compared. Between keys the search rests on the first entry not below the last key
+/// sought (`last`); for a next key `k >= last`, the entry before the resting one shares
+/// `min(m, shared_len(last, k))` bytes with `k`, so the scan resumes there without going back.
+struct LeafSearch<'a, 'k> {
+    id: u32,
+    p: &'a [u8],
+    /// Entries from the resting one to the end.
+    left: usize,
+    /// Offset of the resting entry.
+    o: usize,
+    /// Length of the key before the resting entry (what its shared length is checked against).
+    prev_len: usize,
+    /// Bytes the key before the resting entry shares with `last`.
+    m: usize,
+    /// The last key sought (empty before the first).
+    last: &'k [u8],
+}
+
+impl<'a, 'k> LeafSearch<'a, 'k> {
+    /// A search at the first entry of leaf page `id` (bytes `p`).
+    #[inline]
+    fn new(id: u32, p: &'a [u8]) -> Self {
+        LeafSearch {
+            id,
+            p,
+            left: u16::from_le_bytes([p[2], p[3]]) as usize,
+            o: HEADER,
+            prev_len: 0,
+            m: 0,
+            last: &[],
+        }
+    }
+
+    /// The value of `key`, which is not below the key sought before (if any).
+    #[inline]
+    fn seek(&mut self, key: &'k [u8]) -> Result<Option<&'a [u8]>, StoreError> {
+        self.begin(key);
+        loop {
+            match self.step(key)? {
+                Step::More => {}
+                Step::Found(v) => return Ok(Some(v)),
+                Step::Absent => return Ok(None),
+            }
+        }
+    }
+
+    /// Starts seeking `key`, which is not below the key sought before (if any).
+    #[inline]
+    fn begin(&mut self, key: &'k [u8]) {
+        debug_assert!(self.last <= key, "keys sought in ascending order");
+        self.m = self.m.min(shared_len(self.last, key));
+        self.last = key;
+    }
+
+    /// Looks at one entry in the seek of `key` (after [`LeafSearch::begin`]).
+    #[inline(always)]
+    fn step(&mut self, key: &[u8]) -> Result<Step<'a>, StoreError> {
+        if self.left == 0 {
+            return Ok(Step::Absent);
+        }
+        let (p, m) = (self.p, self.m);
+        let h = entry_header(self.id, p, self.o, self.prev_len)?;
         if h.shared < m {
-            return Ok(None);
+            return Ok(Step::Absent);
         }
         if h.shared == m {
-            // Compare the stored suffix with the rest of `key`.
-            let rest = &key[m.min(key.len())..];
+            let rest = &key[m..];
+            // Hashed keys differ within their first eight bytes after the shared ones: decide
+            // on those as one integer.
+            if h.zeros == 0 && h.literal >= 8 && rest.len() >= 8 {
+                let x = u64::from_be_bytes(p[h.at..h.at + 8].try_into().expect("8 bytes"));
+                let y = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
+                if x > y {
+                    return Ok(Step::Absent);
+                }
+                if x < y {
+                    self.m = m + (x ^ y).leading_zeros() as usize / 8;
+                    self.o = h.end();
+                    self.prev_len = h.key_len();
+                    self.left -= 1;
+                    return Ok(Step::More);
+                }
+            }
+            let mut buf = [0u8; MAX_KEY];
             let sfx = if h.zeros == 0 {
                 &p[h.at..h.at + h.literal]
             } else {
@@ -648,17 +709,34 @@ fn find_in_leaf<'a>(id: u32, p: &'a [u8], key: &[u8]) -> Result<Option<&'a [u8]>
             };
             let common = shared_len(sfx, rest);
             if common == sfx.len() && common == rest.len() {
-                return Ok(Some(&p[h.at + h.literal..next]));
+                return Ok(Step::Found(&p[h.at + h.literal..h.end()]));
             }
             if common == rest.len() || (common < sfx.len() && sfx[common] > rest[common]) {
-                // `key` is a prefix of this one, or this one is above it.
-                return Ok(None);
+                // `key` is a prefix of this entry's key, or below it.
+                return Ok(Step::Absent);
             }
-            m += common;
+            self.m = m + common;
         }
-        o = next;
+        self.o = h.end();
+        self.prev_len = h.key_len();
+        self.left -= 1;
+        Ok(Step::More)
     }
-    Ok(None)
+}
+
+/// One step of a [`LeafSearch`].
+enum Step<'a> {
+    /// The key's value.
+    Found(&'a [u8]),
+    /// The leaf does not hold the key.
+    Absent,
+    /// Not decided yet.
+    More,
+}
+
+/// The value of `key` in leaf page `id` (bytes `p`).
+fn find_in_leaf<'a>(id: u32, p: &'a [u8], key: &[u8]) -> Result<Option<&'a [u8]>, StoreError> {
+    LeafSearch::new(id, p).seek(key)
 }
 
 /// The entries of leaf pages decoded into one buffer of keys in full (key, then value, for
@@ -1053,7 +1131,8 @@ impl Store {
         self.view().children(id)
     }
 
-    /// The value of `key` in the working (possibly uncommitted) tree.
+    /// The value of `key` in the working (possibly uncommitted) tree (`BadKey` for an empty
+    /// key or one over `MAX_KEY` bytes).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.view().get(key)
     }
@@ -1145,6 +1224,9 @@ impl View<'_> {
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if key.is_empty() || key.len() > MAX_KEY {
+            return Err(StoreError::BadKey(key.len()));
+        }
         let mut id = self.root;
         let mut depth = 0;
         loop {
@@ -1160,10 +1242,12 @@ impl View<'_> {
         }
     }
 
-    /// `get` of many keys: visits them in key order (sorting a copy of their indices), so
-    /// that neighbouring keys walk the same branch pages one after the other, and a key that
-    /// lands in the same leaf as the one before resumes that leaf's scan where it stopped
-    /// instead of parsing the leaf from its start again. The keys descend in groups, one level
+    /// `get` of many keys: visits them in key order (sorting a copy of their indices by their
+    /// first eight bytes, then the whole keys on a tie), so that neighbouring keys walk the
+    /// same branch pages one after the other, and a key that lands in the same leaf as the one
+    /// before resumes that leaf's search where it stopped instead of parsing the leaf from its
+    /// start again ([`LeafSearch`]: entries are skipped by their shared length, no key is
+    /// rebuilt). The keys descend in groups, one level
     /// at a time, each step prefetching the line the next one reads: a lookup is a chain of
     /// dependent cache misses (branch pages, then the leaf), and a group waits for its misses
     /// together instead of one after another.
@@ -1179,17 +1263,28 @@ impl View<'_> {
                 return Err(StoreError::BadKey(k.len()));
             }
         }
-        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
-        order.sort_unstable_by(|&a, &b| keys[a as usize].cmp(keys[b as usize]));
-        // The leaf of the previous key, at its first entry not below that key (None: past
-        // the last entry).
-        let mut at: Option<(u32, LeafCursor, bool)> = None;
+        // Sorted by the first eight bytes as one integer, the full keys only on a tie.
+        let mut order: Vec<(u64, u32)> = (0..keys.len() as u32)
+            .map(|i| {
+                let k = keys[i as usize];
+                let mut head = [0u8; 8];
+                let n = k.len().min(8);
+                head[..n].copy_from_slice(&k[..n]);
+                (u64::from_be_bytes(head), i)
+            })
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| keys[a.1 as usize].cmp(keys[b.1 as usize]))
+        });
+        // The leaf of the previous key and the search resting in it.
+        let mut at: Option<(u32, LeafSearch)> = None;
         for group in order.chunks(GROUP) {
             // Page reached by each key of the group and its depth there.
             let mut ids = [(self.root, 0usize); GROUP];
             loop {
                 let mut descended = false;
-                for (&i, (id, depth)) in group.iter().zip(&mut ids) {
+                for (&(_, i), (id, depth)) in group.iter().zip(&mut ids) {
                     if *id == 0 || self.kind(*id)? != BRANCH {
                         continue;
                     }
@@ -1207,8 +1302,15 @@ impl View<'_> {
                     break;
                 }
             }
-            for (j, (&i, &(id, _))) in group.iter().zip(&ids).enumerate() {
-                if let Some(&(next, _)) = ids.get(j + LEAF_AHEAD) {
+            // The first keys' leaves; each key then prefetches the leaf `LEAF_AHEAD` keys on.
+            let n = group.len();
+            for &(next, _) in &ids[..LEAF_AHEAD.min(n)] {
+                for line in 2..2 + LEAF_LINES {
+                    self.pages.prefetch(next, 64 * line);
+                }
+            }
+            for (j, (&(_, i), &(id, _))) in group.iter().zip(&ids).enumerate() {
+                if let Some(&(next, _)) = ids[..n].get(j + LEAF_AHEAD) {
                     for line in 2..2 + LEAF_LINES {
                         self.pages.prefetch(next, 64 * line);
                     }
@@ -1217,26 +1319,14 @@ impl View<'_> {
                     continue;
                 }
                 let key = keys[i as usize];
-                let (mut c, mut on) = match at.take() {
-                    Some((leaf, c, on)) if leaf == id => (c, on),
-                    _ => {
-                        let mut c = LeafCursor::new(id, self.page(id));
-                        let on = c.advance()?;
-                        (c, on)
-                    }
+                let mut search = match at.take() {
+                    Some((leaf, s)) if leaf == id => s,
+                    _ => LeafSearch::new(id, self.page(id)),
                 };
-                // The next key is not below this one: it starts at this entry again.
-                while on {
-                    match cmp_keys(c.key(), key) {
-                        std::cmp::Ordering::Less => on = c.advance()?,
-                        std::cmp::Ordering::Equal => {
-                            f(i as usize, c.value);
-                            break;
-                        }
-                        std::cmp::Ordering::Greater => break,
-                    }
+                if let Some(v) = search.seek(key)? {
+                    f(i as usize, v);
                 }
-                at = Some((id, c, on));
+                at = Some((id, search));
             }
         }
         Ok(())
@@ -2268,6 +2358,81 @@ mod tests {
     }
 
     #[test]
+    fn get_many_and_get_equal_a_btreemap_on_structured_stores() {
+        // Keys with shared prefixes, zero runs and many lengths (as accounts, slots and trie
+        // records have); stores from one entry (a single leaf of one entry) to thousands
+        // (branch levels, multi-slot leaves), probed with present keys, repeats, near misses,
+        // keys below the first and above the last, in random order and in batches of one to
+        // thousands.
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(29);
+        for size in [1usize, 2, 5, 60, 700, 6000] {
+            let accounts: Vec<[u8; 32]> = (0..size.div_ceil(3)).map(|_| rng.gen()).collect();
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            while model.len() < size {
+                let k = structured_key(&mut rng, &accounts);
+                model.insert(k, structured_value(&mut rng));
+            }
+            let mut s = Store::open(None).unwrap();
+            for (b, chunk) in model
+                .iter()
+                .collect::<Vec<_>>()
+                .chunks(size.div_ceil(3))
+                .enumerate()
+            {
+                let mut ops: Vec<Op> = chunk
+                    .iter()
+                    .map(|(k, v)| Op::Put(k.to_vec(), v.to_vec()))
+                    .collect();
+                ops.sort_by(|a, b| a.key().cmp(b.key()));
+                s.apply(ops).unwrap();
+                s.commit(b as u64, [0; 32], CommitLevel::None).unwrap();
+            }
+            assert_eq!(contents(&s), model);
+            let present: Vec<&Vec<u8>> = model.keys().collect();
+            for round in 0..12 {
+                let n = [1, 3, 32, 33, 64, 2000][round % 6];
+                let mut probe: Vec<Vec<u8>> = (0..n)
+                    .map(|_| {
+                        let k = present[rng.gen_range(0..present.len())];
+                        match rng.gen_range(0..8) {
+                            0 => k[..rng.gen_range(1..=k.len())].to_vec(),
+                            1 if k.len() < MAX_KEY => [&k[..], &[rng.gen()][..]].concat(),
+                            2 => {
+                                let mut k = k.clone();
+                                let i = rng.gen_range(0..k.len());
+                                k[i] = k[i].wrapping_add(if rng.gen() { 1 } else { 255 });
+                                k
+                            }
+                            3 => structured_key(&mut rng, &accounts),
+                            _ => k.clone(),
+                        }
+                    })
+                    .collect();
+                probe.extend([vec![0], vec![0; MAX_KEY], vec![0xff; MAX_KEY]]);
+                let refs: Vec<&[u8]> = probe.iter().map(|k| &k[..]).collect();
+                let mut got = vec![None; refs.len()];
+                s.get_many(&refs, |i, v| {
+                    assert!(got[i].is_none(), "key {i} reported twice");
+                    got[i] = Some(v.to_vec());
+                })
+                .unwrap();
+                for (k, g) in probe.iter().zip(&got) {
+                    let want = model.get(k);
+                    assert_eq!(g.as_ref(), want, "size {size}, {k:?}");
+                    assert_eq!(s.get(k).unwrap().as_ref(), want, "size {size}, {k:?}");
+                }
+            }
+            for bad in [&[][..], &[1u8; MAX_KEY + 1][..]] {
+                assert!(matches!(s.get(bad), Err(StoreError::BadKey(_))));
+                assert!(matches!(
+                    s.get_many(&[&present[0][..], bad], |_, _| {}),
+                    Err(StoreError::BadKey(_))
+                ));
+            }
+        }
+    }
+
+    #[test]
     fn scan_from_starts_at_the_first_key_not_below() {
         let mut s = Store::open(None).unwrap();
         let keys: Vec<Vec<u8>> = (0..5000u32)
@@ -2458,6 +2623,31 @@ mod tests {
                     let want = entries.iter().find(|(k, _)| *k == &p[..]).map(|e| e.1);
                     assert_eq!(find_in_leaf(9, &page, &p).unwrap(), want, "{p:?}");
                 }
+            }
+            // One search resumed over ascending keys, as `get_many` runs it: present keys
+            // (some repeated), their neighbours, keys before the first and after the last.
+            let mut asc: Vec<Vec<u8>> = vec![vec![0], vec![0; MAX_KEY], vec![0xff; MAX_KEY]];
+            for (k, _) in entries {
+                asc.push(k.to_vec());
+                if rng.gen_bool(0.3) {
+                    asc.push(k.to_vec());
+                }
+                asc.push(k[..rng.gen_range(1..=k.len())].to_vec());
+                if k.len() < MAX_KEY {
+                    asc.push([k, &[rng.gen()][..]].concat());
+                }
+                let mut near = k.to_vec();
+                let last = near.len() - 1;
+                near[last] = near[last].wrapping_add(if rng.gen() { 1 } else { 255 });
+                asc.push(near);
+                asc.push(structured_key(&mut rng, &accounts));
+            }
+            asc.retain(|k| !k.is_empty() && k.len() <= MAX_KEY);
+            asc.sort();
+            let mut search = LeafSearch::new(9, &page);
+            for k in &asc {
+                let want = entries.iter().find(|(e, _)| *e == &k[..]).map(|e| e.1);
+                assert_eq!(search.seek(k).unwrap(), want, "round {round}, {k:?}");
             }
         }
         // Entries over a page are an error, not a write past it.
