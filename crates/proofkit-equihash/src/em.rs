@@ -47,8 +47,8 @@
 #![deny(unsafe_code)]
 
 use crate::fast::{
-    for_each_string, list_partners, merge_rows, pair_code, pair_decode, Chains, Plan, MAX_WORDS,
-    NIL,
+    for_each_string, for_each_string_bytes, list_partners, pair_code, pair_decode, with_kernel,
+    Chains, KernelJob, Plan, RowKernel, MAX_WORDS, NIL,
 };
 use crate::hash::HashGen;
 use crate::pool::{Pool, PoolRef};
@@ -526,6 +526,19 @@ impl TreeOut<'_> {
         Ok(())
     }
 
+    /// The free part of the buffer, to be filled from its start and passed to
+    /// [`TreeOut::advance`] (a hot loop then keeps its position in a register).
+    #[inline(always)]
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.buf[self.len..]
+    }
+
+    /// Takes `bytes` bytes written to [`TreeOut::room`] (room reserved).
+    #[inline(always)]
+    fn advance(&mut self, bytes: usize) {
+        self.len += bytes;
+    }
+
     /// Appends the low `tb` bytes of `v` (room reserved).
     #[inline(always)]
     fn put(&mut self, v: u64, tb: usize) {
@@ -626,6 +639,10 @@ pub(crate) fn solve(
     keep: &mut Option<EmSpace>,
 ) -> io::Result<Option<Found>> {
     let p = gen.params();
+    if plan.c >= 32 {
+        // Digits must fit a word (the merge's shifts); no plan with useful buckets has more.
+        return Ok(None);
+    }
     let threads = threads.clamp(1, 64);
     let geo = Geo::new(plan, p.index_bits());
     let rows = p.num_indices() as usize;
@@ -964,6 +981,28 @@ fn layer0(
     }
 }
 
+/// One thread's layer 0 (see [`layer0`]), for [`with_kernel`].
+struct Layer0<'a, 'p, 'b, const BB: u32, const HW: usize, const SPEC: bool> {
+    gen: &'a HashGen,
+    plan: &'a Plan,
+    geo: &'a Geo,
+    blocks: Range<usize>,
+    mem: &'a mut PoolRef<'p>,
+    alloc: &'a mut Alloc<'b>,
+    lay: &'a mut Layer,
+}
+
+impl<const BB: u32, const HW: usize, const SPEC: bool> KernelJob
+    for Layer0<'_, '_, '_, BB, HW, SPEC>
+{
+    type Out = bool;
+
+    #[inline(always)]
+    fn run<K: RowKernel>(self, kern: K) -> bool {
+        fill_layer0_with::<BB, HW, SPEC, K>(kern, self)
+    }
+}
+
 fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     gen: &HashGen,
     plan: &Plan,
@@ -973,6 +1012,37 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     alloc: &mut Alloc,
     lay: &mut Layer,
 ) -> bool {
+    let job = Layer0::<BB, HW, SPEC> {
+        gen,
+        plan,
+        geo,
+        blocks,
+        mem,
+        alloc,
+        lay,
+    };
+    // The kernel splits strings at the bucket bits.
+    let bb = if SPEC { BB } else { plan.bb };
+    with_kernel(bb, plan.portable, job)
+}
+
+/// Layer 0 with the row kernel `kern` (for `SPEC`: the string split and the row store;
+/// other parameters split strings word by word). Always inlined, so that the AVX-512
+/// instance is compiled with its target features.
+#[inline(always)]
+fn fill_layer0_with<const BB: u32, const HW: usize, const SPEC: bool, K: RowKernel>(
+    kern: K,
+    job: Layer0<BB, HW, SPEC>,
+) -> bool {
+    let Layer0 {
+        gen,
+        plan,
+        geo,
+        blocks,
+        mem,
+        alloc,
+        lay,
+    } = job;
     let mut local = mem.reborrow();
     let mem = &mut local;
     let p = gen.params();
@@ -992,26 +1062,41 @@ fn fill_layer0<const BB: u32, const HW: usize, const SPEC: bool>(
     };
     let exact = 8 * tb as u32 >= p.index_bits();
     let mut last = vec![u64::MAX; plan.nb()];
+    // Puts string `index` (bucket `b`) at its place, `$store(dst)` writing its words at
+    // the start of the row's bytes (the last word and the index may run past the row by
+    // less than 4 bytes, see `Geo`: rows are written in slot order, so only the next row's
+    // bytes, not yet written, are overwritten).
+    macro_rules! put {
+        ($index:expr, $b:expr, $store:expr) => {{
+            let (index, b): (u64, usize) = ($index, $b);
+            if last[b] == u64::MAX {
+                lay.base[b] = index as u32;
+            } else if !exact && index - last[b] >= reach {
+                return false;
+            }
+            last[b] = index;
+            let Some(at) = lay.place(alloc, mem, b, stride, rpc) else {
+                return false;
+            };
+            let dst = mem.bytes_mut(at, 4 * hw.max(1) + 4);
+            $store(&mut *dst);
+            dst[hb..hb + 4].copy_from_slice(&(index as u32).to_le_bytes());
+            mem.prefetch(at + 64);
+            true
+        }};
+    }
+    if SPEC && HW >= 1 && HW < MAX_WORDS {
+        return for_each_string_bytes(gen, blocks, |index, bytes| {
+            let (row, b) = kern.string_row::<HW>(bytes, mask);
+            put!(index, b, |dst: &mut [u8]| kern.store_be::<HW>(dst, row))
+        });
+    }
     for_each_string(gen, blocks, bb, hw, mask, |index, b, words| {
-        if last[b] == u64::MAX {
-            lay.base[b] = index as u32;
-        } else if !exact && index - last[b] >= reach {
-            return false;
-        }
-        last[b] = index;
-        let Some(at) = lay.place(alloc, mem, b, stride, rpc) else {
-            return false;
-        };
-        // The row's last word and its index may run past it (by less than 4 bytes, see
-        // `Geo`): rows are written in slot order, so only the next row's bytes, not yet
-        // written, are overwritten.
-        let dst = mem.bytes_mut(at, 4 * hw.max(1) + 4);
-        for w in 0..hw {
-            dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
-        }
-        dst[hb..hb + 4].copy_from_slice(&(index as u32).to_le_bytes());
-        mem.prefetch(at + 64);
-        true
+        put!(index, b, |dst: &mut [u8]| {
+            for w in 0..hw {
+                dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
+            }
+        })
     })
 }
 
@@ -1135,6 +1220,58 @@ fn step(
     f(plan, geo, r, mem, alloc, cur, next, trees, s, buckets)
 }
 
+/// One thread's part of step `r` (see [`step`]).
+struct StepJob<'a, 'p, 'b, 't> {
+    plan: &'a Plan,
+    geo: &'a Geo,
+    r: usize,
+    mem: &'a mut PoolRef<'p>,
+    alloc: &'a mut Alloc<'b>,
+    cur: &'a [Layer],
+    next: &'a mut Layer,
+    trees: &'a mut TreeOut<'t>,
+    s: &'a mut Work,
+    buckets: Range<usize>,
+}
+
+/// [`StepJob`] with its widths and (200,9)'s row geometry as constants, for [`with_kernel`].
+struct Merge<
+    'a,
+    'p,
+    'b,
+    't,
+    const WI: usize,
+    const WO: usize,
+    const C: u32,
+    const BB: u32,
+    const SPEC: bool,
+    const SI: usize,
+    const HBI: usize,
+    const SO: usize,
+    const HBO: usize,
+>(StepJob<'a, 'p, 'b, 't>);
+
+impl<
+        const WI: usize,
+        const WO: usize,
+        const C: u32,
+        const BB: u32,
+        const SPEC: bool,
+        const SI: usize,
+        const HBI: usize,
+        const SO: usize,
+        const HBO: usize,
+    > KernelJob for Merge<'_, '_, '_, '_, WI, WO, C, BB, SPEC, SI, HBI, SO, HBO>
+{
+    type Out = io::Result<bool>;
+
+    #[inline(always)]
+    fn run<K: RowKernel>(self, kern: K) -> io::Result<bool> {
+        merge_with::<WI, WO, C, BB, SPEC, SI, HBI, SO, HBO, K>(kern, self.0)
+    }
+}
+
+/// Step `r` with the AVX-512 row kernel where the CPU has it, else the portable one.
 #[allow(clippy::too_many_arguments)]
 fn merge<
     const WI: usize,
@@ -1158,20 +1295,73 @@ fn merge<
     s: &mut Work,
     buckets: Range<usize>,
 ) -> io::Result<bool> {
+    let c = if SPEC { C } else { plan.c };
+    let job = StepJob {
+        plan,
+        geo,
+        r,
+        mem,
+        alloc,
+        cur,
+        next,
+        trees,
+        s,
+        buckets,
+    };
+    with_kernel(
+        c,
+        plan.portable,
+        Merge::<WI, WO, C, BB, SPEC, SI, HBI, SO, HBO>(job),
+    )
+}
+
+/// The merge of [`step`] with the row kernel `kern` (for digits of `c` bits). Always
+/// inlined, so that the AVX-512 instance is compiled with its target features.
+#[inline(always)]
+fn merge_with<
+    const WI: usize,
+    const WO: usize,
+    const C: u32,
+    const BB: u32,
+    const SPEC: bool,
+    const SI: usize,
+    const HBI: usize,
+    const SO: usize,
+    const HBO: usize,
+    K: RowKernel,
+>(
+    kern: K,
+    job: StepJob,
+) -> io::Result<bool> {
+    let StepJob {
+        plan,
+        geo,
+        r,
+        mem,
+        alloc,
+        cur,
+        next,
+        trees,
+        s,
+        buckets,
+    } = job;
     let mut local = mem.reborrow();
     let mem = &mut local;
     let (c, bb) = if SPEC { (C, BB) } else { (plan.c, plan.bb) };
     let rb = c - bb;
     let pair_bits = if SPEC { 32 - BB } else { geo.pair_bits };
     let ob_shift = 32 - bb.max(1);
-    let (cs, cr) = (c, 32 - c);
     let (rpci, tbi, mask, rpco) = (geo.rpc[r], geo.tb[r], geo.mask[r], geo.rpc[r + 1]);
     let (si, hbi, so, hbo) = if SPEC {
         (SI, HBI, SO, HBO)
     } else {
         (geo.stride[r], geo.hb[r], geo.stride[r + 1], geo.hb[r + 1])
     };
-    debug_assert!(hbo + 4 <= 4 * WO + 4);
+    // The kernels' loads and stores of row words stay within a row and the 4 bytes past it.
+    assert!(
+        4 * WI <= si + 4 && 4 * WO <= so + 4 && WI <= MAX_WORDS,
+        "row layout"
+    );
     let (ftb, low_mask) = (
         geo.ftb[r],
         if 8 * tbi >= 32 {
@@ -1205,25 +1395,30 @@ fn merge<
         // in chain order, as in `fast`: the first three partners of a row without branches.
         let mut np = 0;
         let mut id0 = 0;
+        // The trees go to the buffer's free part (room for 8 bytes a row reserved above).
+        let room = trees.room();
+        let mut put = 0;
         for lay in cur {
             let mut index = lay.base[b];
             for_rows(mem, lay, b, si, rpci, geo.chunk, id0, |id, _, row| {
-                if r == 0 {
+                let tree = if r == 0 {
                     let low = read_u32(row, hbi);
                     index = index.wrapping_add(low.wrapping_sub(index) & low_mask);
-                    trees.put(index as u64, ftb);
+                    index as u64
                 } else {
-                    trees.put(read_tree(row, hbi, tbi) & tree_mask, ftb);
-                }
-                let mut x = load::<WI>(row);
-                x[WI - 1] &= mask;
-                rows[id * WI..id * WI + WI].copy_from_slice(&x);
-                let key = (x[0] >> (32 - rb)) as usize;
+                    read_tree(row, hbi, tbi) & tree_mask
+                };
+                room[put..put + 8].copy_from_slice(&tree.to_le_bytes());
+                put += ftb;
+                let (x, x0) = kern.load_be::<WI>(row, mask);
+                kern.store_words::<WI>(&mut rows[id * WI..id * WI + WI], x);
+                let key = (x0 >> (32 - rb)) as usize;
                 let q0 = chains.push_id(key, id as u16);
                 list_partners(chains, q0, id as u32, pairs, &mut np);
             });
             id0 += lay.counts[b] as usize;
         }
+        trees.advance(put);
         // The bucket is copied: its chunks (still in cache) take the next layer's rows.
         for lay in cur {
             lay.free(alloc, mem, b);
@@ -1231,13 +1426,18 @@ fn merge<
         // Phase 2: merge every listed pair.
         for &p in &pairs[..np] {
             let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
-            let rowa: [u32; WI] = rows[qi * WI..qi * WI + WI].try_into().expect("WI");
-            let rowb: [u32; WI] = rows[id * WI..id * WI + WI].try_into().expect("WI");
-            let Some((x, ob)) = merge_rows(&rowa, &rowb, rb, bb, ob_shift) else {
+            let rowa = &rows[qi * WI..qi * WI + WI];
+            let rowb = &rows[id * WI..id * WI + WI];
+            let Some((y, x0)) = kern.xor_next::<WI, WO>(rowa, rowb) else {
                 continue;
             };
-            // Word w of the XOR, zero past the row.
-            let xw = |w: usize| if w < WI { x[w] } else { 0 };
+            // The next bucket: the B bits after the rest of the digit, all in the XOR's
+            // first word (c < 32, checked by `solve`).
+            let ob = if bb == 0 {
+                0
+            } else {
+                ((x0 << rb) >> ob_shift) as usize
+            };
             let tree = bucket_tag | pair_code(qi, id) as u64;
             let Some(oat) = next.place(alloc, mem, ob, so, rpco) else {
                 return Ok(false);
@@ -1245,10 +1445,7 @@ fn merge<
             // As in layer 0, the last word may run past the row into the next one's bytes
             // (its tree then overwrites them).
             let dst = mem.bytes_mut(oat, so + 4);
-            for w in 0..WO {
-                let v = (x[w] << cs) | (xw(w + 1) >> cr);
-                dst[4 * w..4 * w + 4].copy_from_slice(&v.to_be_bytes());
-            }
+            kern.store_be::<WO>(dst, y);
             write_tree(dst, hbo, tree, so - hbo);
             // As `fast`'s `prefetch_next_rows`: the bucket's next rows then hit the cache.
             mem.prefetch(oat + 64);
@@ -1540,6 +1737,49 @@ mod tests {
             for threads in 1..=2 {
                 let gave_up = solve(&gen, &plan, Store::File(None), threads, 0, &mut keep).unwrap();
                 assert!(gave_up.is_none());
+            }
+        }
+    }
+
+    /// The AVX-512 row kernel (where the CPU has it) and the portable one give the same
+    /// candidates in the same order, the same layer sizes and the same trees (hence the
+    /// same solutions), on (48,5) and (96,5) with `fast`'s plans and wide ones and on
+    /// (200,9) (its compile-time row geometry), one and two threads.
+    #[test]
+    fn row_kernels_give_the_same_candidates() {
+        if !crate::fast::simd_available() {
+            println!("skipped: CPU lacks avx512f/avx512vl (or PROOFKIT_FORCE_PORTABLE is set)");
+            return;
+        }
+        let mut keep = None;
+        for (n, k, nonces) in [(48, 5, 0..4u128), (96, 5, 0..2), (200, 9, 0..1)] {
+            let p = crate::Params::new(n, k).unwrap();
+            let c = p.collision_bits();
+            let mut plans = vec![plan(p).unwrap()];
+            if n < 200 {
+                plans.push(Plan::wide(p, c + 1 - 9, 2048).unwrap());
+            }
+            for nonce in nonces {
+                let gen =
+                    crate::HashGen::new(p, b"ZcashPoW", b"kernels", &crate::nonce_from_int(nonce))
+                        .unwrap();
+                for mut plan in plans.clone() {
+                    for threads in [1, 2] {
+                        plan.portable = false;
+                        let simd = solve(&gen, &plan, Store::Memory, threads, 0, &mut keep)
+                            .unwrap()
+                            .expect("ids suffice");
+                        plan.portable = true;
+                        let port = solve(&gen, &plan, Store::Memory, threads, 0, &mut keep)
+                            .unwrap()
+                            .expect("ids suffice");
+                        let what =
+                            format!("({n},{k}) B {} nonce {nonce} threads {threads}", plan.bb);
+                        assert_eq!(simd.cands, port.cands, "{what}");
+                        assert_eq!(simd.rows, port.rows, "{what}");
+                        assert_eq!(simd.repeated, port.repeated, "{what}");
+                    }
+                }
             }
         }
     }

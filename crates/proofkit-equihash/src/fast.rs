@@ -86,35 +86,6 @@ pub(crate) fn list_partners(
     }
 }
 
-/// The XOR of two rows that collide on the current digit and the bucket of the result (its
-/// next `bb` bits after the `rb` rest bits, shifted down by `ob_shift`), or `None` for
-/// identical rows (the same strings in another order: dropped, as in Tromp's solvers; the
-/// last word almost always differs otherwise). Shared by `full`'s and `em`'s merge loops.
-#[inline(always)]
-pub(crate) fn merge_rows<const WI: usize>(
-    rowa: &[u32; WI],
-    rowb: &[u32; WI],
-    rb: u32,
-    bb: u32,
-    ob_shift: u32,
-) -> Option<([u32; WI], usize)> {
-    let mut x = [0u32; WI];
-    for w in 0..WI {
-        x[w] = rowa[w] ^ rowb[w];
-    }
-    if x[WI - 1] == 0 && (x[0] << rb) | x[..WI - 1].iter().skip(1).fold(0, |a, &w| a | w) == 0 {
-        return None;
-    }
-    // Word w of the XOR, zero past the row.
-    let xw = |w: usize| if w < WI { x[w] } else { 0 };
-    let ob = if bb == 0 {
-        0
-    } else {
-        (((x[0] << rb) | (xw(1) >> (32 - rb))) >> ob_shift) as usize
-    };
-    Some((x, ob))
-}
-
 /// Generates the strings of hash blocks `blocks` in index order and calls `f(index, bucket,
 /// words)` for each ([`split_string`]'s bucket and words); stops when `f` returns false and
 /// returns whether it never did. Shared by `full`'s and `em`'s layer 0.
@@ -137,7 +108,7 @@ pub(crate) fn for_each_string(
 /// As [`for_each_string`], calling `f(index, bytes)` with the string's first 48 bytes (bytes
 /// past the string are those of the next string or zero).
 #[inline(always)]
-fn for_each_string_bytes(
+pub(crate) fn for_each_string_bytes(
     gen: &HashGen,
     blocks: std::ops::Range<usize>,
     mut f: impl FnMut(u64, &[u8]) -> bool,
@@ -225,7 +196,7 @@ pub(crate) struct Plan {
     /// Slot stride (u32 words) of heap 0 and heap 1.
     sw: [usize; 2],
     /// Merge with the portable row kernel even where the AVX-512 one runs (tests).
-    portable: bool,
+    pub(crate) portable: bool,
 }
 
 pub(crate) fn pair_code(a: usize, b: usize) -> u32 {
@@ -981,8 +952,9 @@ type MergeFn = fn(&Input, usize, &mut [u32], &mut [u32], &mut Overflow) -> bool;
 /// The row arithmetic of [`merge`]'s second phase: the XOR of two rows of `WI` words, shifted
 /// left by the digit's `c` bits into the next layer's `WO` words, and the store of such a row
 /// with its tree word into a slot. [`Portable`] works on words; `avx512::Avx512` on one
-/// 256-bit register (masked loads and stores), chosen at run time.
-trait RowKernel: Copy {
+/// 256-bit register (masked loads and stores), chosen at run time. `em` uses it too, with
+/// its byte-packed rows ([`RowKernel::load_be`], [`RowKernel::store_be`]).
+pub(crate) trait RowKernel: Copy {
     /// A row of the next layer (its first `WO` words matter).
     type Row: Copy;
     /// The next layer's row from rows `a` and `b` (`WI` words each, equal on the rest of
@@ -1001,13 +973,46 @@ trait RowKernel: Copy {
     /// leading `c` bits, the last ANDed with `last_mask`) and its bucket (the leading `c`
     /// bits); `c` is the bucket bits here.
     fn string_row<const HW: usize>(self, bytes: &[u8], last_mask: u32) -> (Self::Row, usize);
+    /// `em`'s packed rows: the `W` big-endian words at the start of `src` (at least `4 W`
+    /// bytes), the last ANDed with `last_mask`, and the first of them (after the mask).
+    fn load_be<const W: usize>(self, src: &[u8], last_mask: u32) -> (Self::Row, u32);
+    /// Writes `y`'s `W` words to `dst[..W]`.
+    fn store_words<const W: usize>(self, dst: &mut [u32], y: Self::Row);
+    /// Writes `y`'s `W` words big-endian to `dst[..4 W]` (`em`'s packed rows).
+    fn store_be<const W: usize>(self, dst: &mut [u8], y: Self::Row);
+}
+
+/// Work generic over the [`RowKernel`], run by [`with_kernel`] with the kernel the CPU
+/// allows (its `run` is always inlined, so that the AVX-512 instance is compiled with the
+/// target features).
+pub(crate) trait KernelJob {
+    type Out;
+    fn run<K: RowKernel>(self, kern: K) -> Self::Out;
+}
+
+/// Whether [`with_kernel`] runs the AVX-512 kernel (when not told `portable`).
+#[cfg(test)]
+pub(crate) fn simd_available() -> bool {
+    avx512::available()
+}
+
+/// Runs `job` with the AVX-512 kernel for digits of `c` bits where the CPU has AVX-512F/VL
+/// (and neither `portable` nor `PROOFKIT_FORCE_PORTABLE` is set), else with the portable one.
+pub(crate) fn with_kernel<J: KernelJob>(c: u32, portable: bool, job: J) -> J::Out {
+    #[cfg(target_arch = "x86_64")]
+    if !portable {
+        if let Some(kern) = avx512::Avx512::new(c) {
+            return avx512::run_job(kern, job);
+        }
+    }
+    job.run(Portable { c })
 }
 
 /// [`RowKernel`] on plain words, for every CPU (and under `PROOFKIT_FORCE_PORTABLE=1`).
 #[derive(Clone, Copy)]
-struct Portable {
+pub(crate) struct Portable {
     /// Digit bits c.
-    c: u32,
+    pub(crate) c: u32,
 }
 
 impl RowKernel for Portable {
@@ -1052,6 +1057,30 @@ impl RowKernel for Portable {
         let mut words = [0u32; MAX_WORDS];
         let b = split_string(bytes, self.c, HW, last_mask, &mut words);
         (words, b)
+    }
+
+    #[inline(always)]
+    fn load_be<const W: usize>(self, src: &[u8], last_mask: u32) -> (Self::Row, u32) {
+        let s = &src[..4 * W];
+        let mut y = [0u32; MAX_WORDS];
+        for (w, v) in y[..W].iter_mut().enumerate() {
+            *v = u32::from_be_bytes(s[4 * w..4 * w + 4].try_into().expect("4 bytes"));
+        }
+        y[W - 1] &= last_mask;
+        (y, y[0])
+    }
+
+    #[inline(always)]
+    fn store_words<const W: usize>(self, dst: &mut [u32], y: Self::Row) {
+        dst[..W].copy_from_slice(&y[..W]);
+    }
+
+    #[inline(always)]
+    fn store_be<const W: usize>(self, dst: &mut [u8], y: Self::Row) {
+        let d = &mut dst[..4 * W];
+        for w in 0..W {
+            d[4 * w..4 * w + 4].copy_from_slice(&y[w].to_be_bytes());
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! `PROOFKIT_FORCE_PORTABLE` is not set.
 #![allow(unsafe_code)]
 
-use super::{fill_layer0_with, merge_with, Input, Overflow, Plan, RowKernel, MAX_WORDS};
+use super::{fill_layer0_with, merge_with, Input, KernelJob, Overflow, Plan, RowKernel, MAX_WORDS};
 use crate::hash::HashGen;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -52,6 +52,19 @@ impl Avx512 {
 #[inline(always)]
 fn lanes(n: usize) -> __mmask8 {
     ((1u32 << n) - 1) as __mmask8
+}
+
+/// Reverses the bytes of each 32-bit lane (big-endian words to and from native ones).
+///
+/// # Safety
+/// The CPU must support AVX2 (implied by AVX-512F).
+#[inline(always)]
+unsafe fn swap_words(x: __m256i) -> __m256i {
+    let swap = _mm256_setr_epi8(
+        3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8,
+        15, 14, 13, 12,
+    );
+    _mm256_shuffle_epi8(x, swap)
 }
 
 impl RowKernel for Avx512 {
@@ -121,12 +134,8 @@ impl RowKernel for Avx512 {
         // of at least 32 (asserted).
         unsafe {
             let raw = _mm256_loadu_si256(bytes.as_ptr() as *const __m256i);
-            // Big-endian words: reverse the bytes of each 32-bit lane.
-            let swap = _mm256_setr_epi8(
-                3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 3, 2, 1, 0, 7, 6, 5, 4, 11,
-                10, 9, 8, 15, 14, 13, 12,
-            );
-            let x = _mm256_shuffle_epi8(raw, swap);
+            // Big-endian words.
+            let x = swap_words(raw);
             let next = _mm256_alignr_epi32::<1>(_mm256_setzero_si256(), x);
             let y = _mm256_or_si256(
                 _mm256_sll_epi32(x, self.left),
@@ -138,6 +147,52 @@ impl RowKernel for Avx512 {
             (y, (first >> _mm_cvtsi128_si32(self.right)) as usize)
         }
     }
+
+    #[inline(always)]
+    fn load_be<const W: usize>(self, src: &[u8], last_mask: u32) -> (Self::Row, u32) {
+        assert!(src.len() >= 4 * W && (1..=8).contains(&W));
+        // SAFETY: CPU features as in `xor_next`; the masked load reads words 0..W only,
+        // inside `src` (asserted).
+        unsafe {
+            let raw = _mm256_maskz_loadu_epi32(lanes(W), src.as_ptr() as *const i32);
+            let x = swap_words(raw);
+            let y = _mm256_mask_and_epi32(x, 1 << (W - 1), x, _mm256_set1_epi32(last_mask as i32));
+            (y, _mm256_cvtsi256_si32(y) as u32)
+        }
+    }
+
+    #[inline(always)]
+    fn store_words<const W: usize>(self, dst: &mut [u32], y: Self::Row) {
+        assert!(dst.len() >= W && W <= 8);
+        // SAFETY: CPU features as in `xor_next`; the masked store writes words 0..W only,
+        // inside `dst` (asserted).
+        unsafe { _mm256_mask_storeu_epi32(dst.as_mut_ptr() as *mut i32, lanes(W), y) }
+    }
+
+    #[inline(always)]
+    fn store_be<const W: usize>(self, dst: &mut [u8], y: Self::Row) {
+        assert!(dst.len() >= 4 * W && W <= 8);
+        // SAFETY: CPU features as in `xor_next`; the masked store writes words 0..W only,
+        // inside `dst` (asserted).
+        unsafe {
+            _mm256_mask_storeu_epi32(dst.as_mut_ptr() as *mut i32, lanes(W), swap_words(y));
+        }
+    }
+}
+
+/// Runs `job` with the AVX-512 kernel (for [`super::with_kernel`]).
+pub(super) fn run_job<J: KernelJob>(kern: Avx512, job: J) -> J::Out {
+    // SAFETY: `kern` exists, so the CPU has AVX-512F and AVX-512VL.
+    unsafe { run_job_avx512(kern, job) }
+}
+
+/// `job.run(kern)` compiled for AVX-512 (`run` is inlined here, with its kernel calls).
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512VL.
+#[target_feature(enable = "avx512f,avx512vl")]
+unsafe fn run_job_avx512<J: KernelJob>(kern: Avx512, job: J) -> J::Out {
+    job.run(kern)
 }
 
 const _: () = assert!(MAX_WORDS == 8);
@@ -264,6 +319,30 @@ mod tests {
             };
             assert_eq!(x0w, x0g);
             assert_eq!(yw[..WO], simd.words(yg)[..WO], "WI {WI} WO {WO} c {c}");
+            // `em`'s packed rows: big-endian stores of WO words, at every byte offset,
+            // leaving the bytes around them untouched, and loads back with a last-word mask.
+            for off in 0..4 {
+                let mut bw = vec![0xa5u8; 4 * WO + 8];
+                let mut bg = bw.clone();
+                port.store_be::<WO>(&mut bw[off..off + 4 * WO], yw);
+                simd.store_be::<WO>(&mut bg[off..off + 4 * WO], yg);
+                assert_eq!(bw, bg, "store_be WO {WO} off {off}");
+                let m = u32::MAX << (case % 32);
+                let (lw, lw0) = port.load_be::<WO>(&bw[off..off + 4 * WO], m);
+                let (lg, lg0) = simd.load_be::<WO>(&bg[off..off + 4 * WO], m);
+                assert_eq!(
+                    (lw[..WO].to_vec(), lw0),
+                    (simd.words(lg)[..WO].to_vec(), lg0)
+                );
+                let mut want = yw;
+                want[WO - 1] &= m;
+                assert_eq!(lw[..WO], want[..WO], "load_be WO {WO}");
+                let mut dw = vec![7u32; WO + 2];
+                let mut dg = dw.clone();
+                port.store_words::<WO>(&mut dw[1..], lw);
+                simd.store_words::<WO>(&mut dg[1..], lg);
+                assert_eq!(dw, dg, "store_words WO {WO}");
+            }
             for tw in WO..8 {
                 let mut dw = vec![0xdead_beef_u32; tw + 1];
                 let mut dg = dw.clone();
