@@ -1158,18 +1158,7 @@ fn for_rows(
     }
 }
 
-type StepFn = fn(
-    &Plan,
-    &Geo,
-    usize,
-    &mut PoolRef,
-    &mut Alloc,
-    &[Layer],
-    &mut Layer,
-    &mut TreeOut,
-    &mut Work,
-    Range<usize>,
-) -> io::Result<bool>;
+type StepFn = fn(StepJob) -> io::Result<bool>;
 
 /// Step `r` for the buckets `buckets` of layer `r` (in all the threads' lists `cur`): merges
 /// their colliding rows into this thread's lists `next` of layer `r + 1`, writing their
@@ -1217,7 +1206,18 @@ fn step(
         (_, _, 8, 8, _) => merge::<8, 8, 0, 0, false, 0, 0, 0, 0>,
         _ => unreachable!("Plan::new limits rows to {MAX_WORDS} words"),
     };
-    f(plan, geo, r, mem, alloc, cur, next, trees, s, buckets)
+    f(StepJob {
+        plan,
+        geo,
+        r,
+        mem,
+        alloc,
+        cur,
+        next,
+        trees,
+        s,
+        buckets,
+    })
 }
 
 /// One thread's part of step `r` (see [`step`]).
@@ -1272,7 +1272,6 @@ impl<
 }
 
 /// Step `r` with the AVX-512 row kernel where the CPU has it, else the portable one.
-#[allow(clippy::too_many_arguments)]
 fn merge<
     const WI: usize,
     const WO: usize,
@@ -1284,33 +1283,13 @@ fn merge<
     const SO: usize,
     const HBO: usize,
 >(
-    plan: &Plan,
-    geo: &Geo,
-    r: usize,
-    mem: &mut PoolRef,
-    alloc: &mut Alloc,
-    cur: &[Layer],
-    next: &mut Layer,
-    trees: &mut TreeOut,
-    s: &mut Work,
-    buckets: Range<usize>,
+    job: StepJob,
 ) -> io::Result<bool> {
-    let c = if SPEC { C } else { plan.c };
-    let job = StepJob {
-        plan,
-        geo,
-        r,
-        mem,
-        alloc,
-        cur,
-        next,
-        trees,
-        s,
-        buckets,
-    };
+    let c = if SPEC { C } else { job.plan.c };
+    let portable = job.plan.portable;
     with_kernel(
         c,
-        plan.portable,
+        portable,
         Merge::<WI, WO, C, BB, SPEC, SI, HBI, SO, HBO>(job),
     )
 }
