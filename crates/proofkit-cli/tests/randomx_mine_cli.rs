@@ -89,13 +89,13 @@ fn get(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
 /// answers meanwhile, behind its token.
 #[test]
 fn api_summary_while_the_daemon_is_away() {
+    // Both ports taken while both listeners are held, so they differ (once the daemon's was
+    // dropped first, the API could be given the same port, and the miner found a "daemon").
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let api = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_port = dead.local_addr().unwrap().port();
-    drop(dead);
-    let api_port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let api_port = api.local_addr().unwrap().port();
+    drop((dead, api));
     let dir = std::env::temp_dir().join(format!("proofkit-mine-api-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("miner.json");
