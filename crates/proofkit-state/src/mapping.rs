@@ -74,6 +74,14 @@ impl Pages {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
+        // 2 MiB pages where the kernel has them (transparent huge pages in `madvise` mode, the
+        // default here): a lookup touches ~4 pages scattered over gigabytes, and with 4 KiB
+        // pages each costs a TLB miss and a page walk whose tables miss the cache too. The
+        // in-memory Paprika run read back 1.2-1.3x faster at 2M accounts with them, writes
+        // unchanged. A hint: its failure (no THP) leaves 4 KiB pages.
+        // SAFETY: advice on the mapping just made, over exactly its range; it changes no
+        // contents and no permission.
+        unsafe { libc::madvise(base, reserved, libc::MADV_HUGEPAGE) };
         Ok(Pages {
             base: base.cast(),
             reserved,
