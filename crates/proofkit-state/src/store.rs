@@ -2692,6 +2692,24 @@ mod tests {
 
     /// Keys shaped like the state's (hashes, a hash and a slot hash, zero-padded paths and
     /// their length, keys that are prefixes of others), with values of 0 to 300 bytes.
+    /// `check` counts the model's entries, and `get` (every `step`-th key) and `get_many` (all
+    /// keys) read the model's values.
+    fn assert_reads_match(s: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>, step: usize) {
+        let report = s.check().unwrap();
+        assert_eq!(report.entries as usize, model.len());
+        let keys: Vec<&[u8]> = model.keys().map(|k| &k[..]).collect();
+        for k in keys.iter().step_by(step) {
+            assert_eq!(s.get(k).unwrap().as_deref(), Some(&model[*k][..]));
+        }
+        let mut found = 0;
+        s.get_many(&keys, |i, v| {
+            assert_eq!(v, &model[keys[i]][..]);
+            found += 1;
+        })
+        .unwrap();
+        assert_eq!(found, keys.len());
+    }
+
     /// Leaf page `page` in the version-3 layout: the same entries, no restart table.
     fn without_restarts(page: &[u8]) -> Vec<u8> {
         let mut v3 = page.to_vec();
@@ -2895,19 +2913,7 @@ mod tests {
             s.apply(ops).unwrap();
             s.commit(round, [0; 32], CommitLevel::None).unwrap();
             assert_eq!(contents(&s), model, "round {round}");
-            let report = s.check().unwrap();
-            assert_eq!(report.entries as usize, model.len());
-            let keys: Vec<&[u8]> = model.keys().map(|k| &k[..]).collect();
-            for k in keys.iter().step_by(7) {
-                assert_eq!(s.get(k).unwrap().as_deref(), model.get(*k).map(|v| &v[..]));
-            }
-            let mut found = 0;
-            s.get_many(&keys, |i, v| {
-                assert_eq!(v, &model[keys[i]][..]);
-                found += 1;
-            })
-            .unwrap();
-            assert_eq!(found, keys.len());
+            assert_reads_match(&s, &model, 7);
             let from = structured_key(&mut rng, &accounts);
             let mut scanned = Vec::new();
             s.scan_from(&from, |k, _| {
@@ -3113,19 +3119,7 @@ mod tests {
         std::fs::write(&file, &v3).unwrap();
         let mut s = Store::open(Some(&dir)).unwrap();
         assert_eq!(contents(&s), model);
-        let report = s.check().unwrap();
-        assert_eq!(report.entries as usize, model.len());
-        let keys: Vec<&[u8]> = model.keys().map(|k| &k[..]).collect();
-        for k in keys.iter().step_by(5) {
-            assert_eq!(s.get(k).unwrap().as_deref(), Some(&model[*k][..]));
-        }
-        let mut found = 0;
-        s.get_many(&keys, |i, v| {
-            assert_eq!(v, &model[keys[i]][..]);
-            found += 1;
-        })
-        .unwrap();
-        assert_eq!(found, keys.len());
+        assert_reads_match(&s, &model, 5);
         // One more batch: the leaves it rewrites get tables, the others stay as they are.
         let ops: Vec<Op> = (0..500)
             .map(|_| {
@@ -3164,15 +3158,8 @@ mod tests {
         );
         let s = Store::open(Some(&dir)).unwrap();
         assert_eq!(contents(&s), model);
-        s.check().unwrap();
+        assert_reads_match(&s, &model, 5);
         let keys: Vec<&[u8]> = model.keys().map(|k| &k[..]).collect();
-        let mut found = 0;
-        s.get_many(&keys, |i, v| {
-            assert_eq!(v, &model[keys[i]][..]);
-            found += 1;
-        })
-        .unwrap();
-        assert_eq!(found, keys.len());
 
         // A restart table naming the wrong entry: `check` says so; reads give a value or an
         // error.
