@@ -625,6 +625,9 @@ fn entry_header(id: u32, p: &[u8], o: usize, prev_len: usize) -> Result<EntryHea
 struct LeafCursor<'a> {
     id: u32,
     page: &'a [u8],
+    /// Where the entries start, and the restarts the leaf's table holds.
+    start: usize,
+    restarts: usize,
     /// Entries not decoded yet.
     left: usize,
     /// Byte offset of the next entry.
@@ -639,11 +642,14 @@ struct LeafCursor<'a> {
 impl<'a> LeafCursor<'a> {
     /// A cursor before the first entry of leaf page `id` (bytes `page`).
     fn new(id: u32, page: &'a [u8]) -> Result<Self, StoreError> {
+        let (start, restarts) = leaf_layout(id, page)?;
         Ok(LeafCursor {
             id,
             page,
+            start,
+            restarts,
             left: u16::from_le_bytes([page[2], page[3]]) as usize,
-            at: leaf_layout(id, page)?.0,
+            at: start,
             key: [0; MAX_KEY],
             key_len: 0,
             shared: 0,
@@ -676,8 +682,7 @@ impl<'a> LeafCursor<'a> {
 
     /// Bytes the entries up to the current one take.
     fn bytes(&self) -> usize {
-        // Entries start at one of two offsets (see `leaf_layout`), both checked at `new`.
-        self.at - leaf_layout(self.id, self.page).map_or(HEADER, |l| l.0)
+        self.at - self.start
     }
 }
 
@@ -907,7 +912,7 @@ fn encode_leaf(depth: usize, entries: &[(&[u8], &[u8])], p: &mut [u8]) -> Result
     p[5] = 1;
     let mut o = LEAF_ENTRIES;
     let mut prev: &[u8] = &[];
-    let (mut restarts, mut last_restart) = (0, 0);
+    let (mut restarts, mut last_restart, mut prev_head) = (0, 0, 0);
     for (i, &(k, v)) in entries.iter().enumerate() {
         let shared = shared_len(prev, k);
         // A restart: an entry whose key differs from the one before within its first eight
@@ -918,7 +923,7 @@ fn encode_leaf(depth: usize, entries: &[(&[u8], &[u8])], p: &mut [u8]) -> Result
             && (restarts == 0 || o - last_restart >= RESTART_SPACING)
             && k.len() >= 8
             && shared < 8
-            && key_head(prev) < head
+            && prev_head < head
         {
             let t = &mut p[HEADER + restarts * RESTART_BYTES..][..RESTART_BYTES];
             t[..8].copy_from_slice(&head.to_be_bytes());
@@ -956,7 +961,7 @@ fn encode_leaf(depth: usize, entries: &[(&[u8], &[u8])], p: &mut [u8]) -> Result
         o += literal;
         p[o..o + v.len()].copy_from_slice(v);
         o += v.len();
-        prev = k;
+        (prev, prev_head) = (k, head);
     }
     p[4] = restarts as u8;
     Ok(())
@@ -1608,8 +1613,8 @@ impl View<'_> {
         }
         report.leaf_pages += 1;
         let p = self.page(id);
-        let restarts = leaf_layout(id, p)?.1;
         let mut c = LeafCursor::new(id, p)?;
+        let restarts = c.restarts;
         let mut first = true;
         // The next restart of the table, and the head of the key before the current one.
         let (mut next_restart, mut prev_head, mut index) = (0, 0, 0);
