@@ -35,9 +35,15 @@ pub fn encode_bytes(out: &mut Vec<u8>, s: &[u8]) {
     if s.len() == 1 && s[0] < 0x80 {
         out.push(s[0]);
     } else {
-        push_len(out, 0x80, 0xb7, s.len());
+        encode_string_header(out, s.len());
         out.extend_from_slice(s);
     }
+}
+
+/// Appends the header of a byte string of `len` bytes (for strings other than a single byte
+/// below 0x80, which is its own encoding).
+pub fn encode_string_header(out: &mut Vec<u8>, len: usize) {
+    push_len(out, 0x80, 0xb7, len);
 }
 
 /// Appends a list header for a payload of `len` bytes.

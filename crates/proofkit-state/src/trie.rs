@@ -344,19 +344,39 @@ fn concat(a: &[u8], b: &[u8]) -> Box<[u8]> {
 
 /// Hex-prefix encoding (Yellow Paper appendix C).
 pub fn hex_prefix(path: &[u8], leaf: bool) -> Vec<u8> {
-    let flag = if leaf { 2u8 } else { 0 };
-    let mut out = Vec::with_capacity(path.len() / 2 + 1);
-    let rest = if path.len() % 2 == 1 {
-        out.push(((flag | 1) << 4) | path[0]);
-        &path[1..]
-    } else {
-        out.push(flag << 4);
-        path
-    };
-    for pair in rest.chunks(2) {
-        out.push((pair[0] << 4) | pair[1]);
+    HexPrefix::new(path, leaf).as_slice().to_vec()
+}
+
+/// A hex-prefix encoding held inline (a path has at most 64 nibbles: at most 33 bytes). Nodes
+/// are encoded for every changed node of every block, and a heap buffer per node was one of
+/// the commonest allocations of a block.
+struct HexPrefix {
+    buf: [u8; 33],
+    len: usize,
+}
+
+impl HexPrefix {
+    fn new(path: &[u8], leaf: bool) -> HexPrefix {
+        let flag = if leaf { 2u8 } else { 0 };
+        let mut buf = [0u8; 33];
+        let rest = if path.len() % 2 == 1 {
+            buf[0] = ((flag | 1) << 4) | path[0];
+            &path[1..]
+        } else {
+            buf[0] = flag << 4;
+            path
+        };
+        let mut len = 1;
+        for pair in rest.chunks(2) {
+            buf[len] = (pair[0] << 4) | pair[1];
+            len += 1;
+        }
+        HexPrefix { buf, len }
     }
-    out
+
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 /// Decodes hex-prefix bytes into (nibbles, is_leaf); `None` for a bad flag.
@@ -1302,28 +1322,28 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
                 .collect();
             V::prepare_batch(&values);
         }
-        let encoded: Vec<Vec<u8>> = level
-            .par_iter()
-            .map(|c| {
-                let mut v = Vec::with_capacity(600);
-                encode(c, &mut v);
-                v
-            })
-            .collect();
-        let refs: Vec<NodeRef> = encoded
+        // Each chunk of 64 nodes is encoded into one buffer (not one per node), then its
+        // nodes of 32 bytes or more are hashed together.
+        let refs: Vec<NodeRef> = level
             .par_chunks(64)
             .flat_map_iter(|chunk| {
-                let long: Vec<&[u8]> = chunk
-                    .iter()
+                let mut rlp = Vec::with_capacity(chunk.len() * 256);
+                let mut ends = Vec::with_capacity(chunk.len());
+                for c in chunk {
+                    encode(c, &mut rlp);
+                    ends.push(rlp.len());
+                }
+                let node = |i: usize| &rlp[if i == 0 { 0 } else { ends[i - 1] }..ends[i]];
+                let long: Vec<&[u8]> = (0..chunk.len())
+                    .map(node)
                     .filter(|e| e.len() >= 32)
-                    .map(|e| &e[..])
                     .collect();
                 let mut hashes = vec![[0u8; 32]; long.len()];
                 crate::keccak_x8::keccak256_batch(&long, &mut hashes);
                 let mut h = hashes.into_iter();
-                chunk
-                    .iter()
-                    .map(|e| {
+                (0..chunk.len())
+                    .map(|i| {
+                        let e = node(i);
                         if e.len() >= 32 {
                             NodeRef {
                                 len: 32,
@@ -1387,9 +1407,24 @@ fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
     match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Leaf { path, value } => {
-            let mut v = Vec::with_capacity(120);
-            value.leaf_bytes(&mut v);
-            encode_leaf(path, &v, out);
+            // `encode_leaf` without a buffer for the value: its bytes are written in place,
+            // the headers after them, and the headers rotated to the front.
+            let start = out.len();
+            value.leaf_bytes(out);
+            let value_end = out.len();
+            let value_len = value_end - start;
+            let hp = HexPrefix::new(path, true);
+            let hp = hp.as_slice();
+            rlp::encode_list_header(
+                out,
+                rlp::bytes_len(hp) + rlp::bytes_len(&out[start..value_end]),
+            );
+            rlp::encode_bytes(out, hp);
+            if !(value_len == 1 && out[start] < 0x80) {
+                rlp::encode_string_header(out, value_len);
+            }
+            let head = out.len() - value_end;
+            out[start..].rotate_right(head);
         }
         Node::Extension { path, child } => encode_extension(path, &child_ref(child), out),
         Node::Branch { children } => {
@@ -1403,17 +1438,19 @@ fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
 /// Appends the RLP of a leaf node: `[hex_prefix(path, leaf), value]`, `value` being the
 /// leaf's bytes (itself RLP for an account).
 pub fn encode_leaf(path: &[u8], value: &[u8], out: &mut Vec<u8>) {
-    let hp = hex_prefix(path, true);
-    rlp::encode_list_header(out, rlp::bytes_len(&hp) + rlp::bytes_len(value));
-    rlp::encode_bytes(out, &hp);
+    let hp = HexPrefix::new(path, true);
+    let hp = hp.as_slice();
+    rlp::encode_list_header(out, rlp::bytes_len(hp) + rlp::bytes_len(value));
+    rlp::encode_bytes(out, hp);
     rlp::encode_bytes(out, value);
 }
 
 /// Appends the RLP of an extension node over the node referenced by `child`.
 pub fn encode_extension(path: &[u8], child: &NodeRef, out: &mut Vec<u8>) {
-    let hp = hex_prefix(path, false);
-    rlp::encode_list_header(out, rlp::bytes_len(&hp) + child.encoded_len());
-    rlp::encode_bytes(out, &hp);
+    let hp = HexPrefix::new(path, false);
+    let hp = hp.as_slice();
+    rlp::encode_list_header(out, rlp::bytes_len(hp) + child.encoded_len());
+    rlp::encode_bytes(out, hp);
     child.encode(out);
 }
 
@@ -1461,6 +1498,33 @@ mod tests {
             vec![0x20, 0x0f, 0x1c, 0xb8]
         );
         assert_eq!(decode_hex_prefix(&[0x4f]), None);
+    }
+
+    #[test]
+    fn leaf_nodes_encode_in_place_as_encode_leaf_does() {
+        // Values of every header form (empty, one byte below and above 0x80, 55 and 56 bytes
+        // on either side of the long-string header, 300 bytes), paths of odd and even length,
+        // appended after bytes already in the buffer.
+        for len in [0usize, 1, 2, 31, 55, 56, 57, 120, 300] {
+            for first in [0x00u8, 0x05, 0x7F, 0x80, 0xC3] {
+                for path_len in [0usize, 1, 2, 7, 64] {
+                    let value: Vec<u8> = (0..len).map(|i| first.wrapping_add(i as u8)).collect();
+                    let path: Vec<u8> = (0..path_len).map(|i| (i * 7 % 16) as u8).collect();
+                    let cell = Cell::new(Node::Leaf {
+                        path: path.clone().into(),
+                        value: Raw(value.clone()),
+                    });
+                    let mut got = vec![0xAA, 0xBB];
+                    encode(&cell, &mut got);
+                    let mut want = vec![0xAA, 0xBB];
+                    encode_leaf(&path, &value, &mut want);
+                    assert_eq!(
+                        got, want,
+                        "value {len} bytes from {first:#x}, path {path_len}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
