@@ -51,6 +51,15 @@ impl Pages {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
+        // No read-ahead, so that the page cache of the file is made of one-page folios: with
+        // the large folios that read-ahead builds, a write fault dirties a whole folio and each
+        // commit's `msync` writes it whole. The full 50,000-block run on disk wrote 7.7 TB by
+        // block 38,000 with large folios and 647 GB in all with this advice, and ran 1.5x
+        // faster; the kernel's share of the CPU rose (more faults, more folios to write back).
+        // A hint: its failure leaves the kernel's default.
+        // SAFETY: advice on the mapping just made, over exactly its range; it changes no
+        // contents and no permission.
+        unsafe { libc::madvise(base, reserved, libc::MADV_RANDOM) };
         Ok(Pages {
             base: base.cast(),
             reserved,
@@ -168,6 +177,51 @@ impl Drop for Pages {
         // SAFETY: the mapping made in the constructor; every slice of it borrowed `self`.
         unsafe {
             libc::munmap(self.base.cast(), self.reserved);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `VmFlags` line of the mapping that starts at `base`, from `/proc/self/smaps`.
+    fn vm_flags(base: *mut u8) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let start = format!("{:x}-", base as usize);
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+        assert!(lines.next().is_some(), "mapping at {start} not in smaps");
+        lines
+            .find(|l| l.starts_with("VmFlags:"))
+            .expect("VmFlags line")
+            .to_string()
+    }
+
+    #[test]
+    fn file_maps_read_no_ahead_and_memory_asks_for_huge_pages() {
+        let dir = std::env::temp_dir().join(format!("pk-mapping-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("pages"))
+            .unwrap();
+        file.set_len(16 * PAGE as u64).unwrap();
+        let pages = Pages::file(file, 1 << 30).unwrap();
+        // `rr`: MADV_RANDOM (one-page folios, see `Pages::file`).
+        let flags = vm_flags(pages.base);
+        assert!(flags.split_whitespace().any(|f| f == "rr"), "{flags}");
+        drop(pages);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mem = Pages::anonymous(64 << 20).unwrap();
+        let flags = vm_flags(mem.base);
+        // `hg`: MADV_HUGEPAGE; only where the kernel has transparent huge pages.
+        if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+            assert!(flags.split_whitespace().any(|f| f == "hg"), "{flags}");
+        } else {
+            eprintln!("skipped the huge-page half: the kernel has no transparent huge pages");
         }
     }
 }
