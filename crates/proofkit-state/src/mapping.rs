@@ -185,12 +185,23 @@ impl Drop for Pages {
 mod tests {
     use super::*;
 
-    /// The `VmFlags` line of the mapping that starts at `base`, from `/proc/self/smaps`.
+    /// The `VmFlags` line of the mapping that holds `base`, from `/proc/self/smaps` (the kernel
+    /// may merge a mapping with a neighbour of the same flags, such as another test's store).
     fn vm_flags(base: *mut u8) -> String {
         let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
-        let start = format!("{:x}-", base as usize);
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
-        assert!(lines.next().is_some(), "mapping at {start} not in smaps");
+        let at = base as usize;
+        let holds = |l: &str| {
+            let range = l.split_whitespace().next().unwrap_or("");
+            let Some((lo, hi)) = range.split_once('-') else {
+                return false;
+            };
+            match (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) {
+                (Ok(lo), Ok(hi)) => lo <= at && at < hi,
+                _ => false,
+            }
+        };
+        let mut lines = smaps.lines().skip_while(|l| !holds(l));
+        assert!(lines.next().is_some(), "no mapping holds {at:#x}");
         lines
             .find(|l| l.starts_with("VmFlags:"))
             .expect("VmFlags line")
