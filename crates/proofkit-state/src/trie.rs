@@ -347,35 +347,49 @@ pub fn hex_prefix(path: &[u8], leaf: bool) -> Vec<u8> {
     HexPrefix::new(path, leaf).as_slice().to_vec()
 }
 
-/// A hex-prefix encoding held inline (a path has at most 64 nibbles: at most 33 bytes). Nodes
-/// are encoded for every changed node of every block, and a heap buffer per node was one of
-/// the commonest allocations of a block.
+/// A hex-prefix encoding, held inline for the paths of 32-byte keys (at most 64 nibbles: 33
+/// bytes) and on the heap for longer ones (the public encoders take any path). Nodes are
+/// encoded for every changed node of every block, and a heap buffer per node was one of the
+/// commonest allocations of a block.
 struct HexPrefix {
-    buf: [u8; 33],
+    inline: [u8; 33],
+    long: Vec<u8>,
     len: usize,
 }
 
 impl HexPrefix {
     fn new(path: &[u8], leaf: bool) -> HexPrefix {
+        let len = path.len() / 2 + 1;
+        let mut hp = HexPrefix {
+            inline: [0u8; 33],
+            long: if len > 33 { vec![0u8; len] } else { Vec::new() },
+            len,
+        };
+        let out = if len > 33 {
+            &mut hp.long[..]
+        } else {
+            &mut hp.inline[..len]
+        };
         let flag = if leaf { 2u8 } else { 0 };
-        let mut buf = [0u8; 33];
         let rest = if path.len() % 2 == 1 {
-            buf[0] = ((flag | 1) << 4) | path[0];
+            out[0] = ((flag | 1) << 4) | path[0];
             &path[1..]
         } else {
-            buf[0] = flag << 4;
+            out[0] = flag << 4;
             path
         };
-        let mut len = 1;
-        for pair in rest.chunks(2) {
-            buf[len] = (pair[0] << 4) | pair[1];
-            len += 1;
+        for (o, pair) in out[1..].iter_mut().zip(rest.chunks(2)) {
+            *o = (pair[0] << 4) | pair[1];
         }
-        HexPrefix { buf, len }
+        hp
     }
 
     fn as_slice(&self) -> &[u8] {
-        &self.buf[..self.len]
+        if self.len > 33 {
+            &self.long
+        } else {
+            &self.inline[..self.len]
+        }
     }
 }
 
@@ -1493,6 +1507,15 @@ mod tests {
             }
         }
         assert_eq!(hex_prefix(&[1, 2, 3, 4, 5], false), vec![0x11, 0x23, 0x45]);
+        // Paths longer than a 32-byte key's 64 nibbles take the heap form, same encoding.
+        for len in [63usize, 64, 65, 66, 101, 200] {
+            for leaf in [false, true] {
+                let path: Vec<u8> = (0..len).map(|i| (i * 5 % 16) as u8).collect();
+                let hp = hex_prefix(&path, leaf);
+                assert_eq!(hp.len(), len / 2 + 1);
+                assert_eq!(decode_hex_prefix(&hp), Some((path, leaf)));
+            }
+        }
         assert_eq!(
             hex_prefix(&[0, 15, 1, 12, 11, 8], true),
             vec![0x20, 0x0f, 0x1c, 0xb8]
