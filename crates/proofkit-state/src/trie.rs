@@ -1421,24 +1421,10 @@ fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
     match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
         Node::Leaf { path, value } => {
-            // `encode_leaf` without a buffer for the value: its bytes are written in place,
-            // the headers after them, and the headers rotated to the front.
+            // The value's bytes straight into `out` (no buffer of their own).
             let start = out.len();
             value.leaf_bytes(out);
-            let value_end = out.len();
-            let value_len = value_end - start;
-            let hp = HexPrefix::new(path, true);
-            let hp = hp.as_slice();
-            rlp::encode_list_header(
-                out,
-                rlp::bytes_len(hp) + rlp::bytes_len(&out[start..value_end]),
-            );
-            rlp::encode_bytes(out, hp);
-            if !(value_len == 1 && out[start] < 0x80) {
-                rlp::encode_string_header(out, value_len);
-            }
-            let head = out.len() - value_end;
-            out[start..].rotate_right(head);
+            wrap_leaf_value(path, start, out);
         }
         Node::Extension { path, child } => encode_extension(path, &child_ref(child), out),
         Node::Branch { children } => {
@@ -1452,11 +1438,28 @@ fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
 /// Appends the RLP of a leaf node: `[hex_prefix(path, leaf), value]`, `value` being the
 /// leaf's bytes (itself RLP for an account).
 pub fn encode_leaf(path: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(value);
+    wrap_leaf_value(path, start, out);
+}
+
+/// Turns the value bytes at `out[start..]` into the RLP of a leaf node over `path`: the
+/// headers are written after the value and rotated in front of it.
+fn wrap_leaf_value(path: &[u8], start: usize, out: &mut Vec<u8>) {
+    let value_end = out.len();
+    let value_len = value_end - start;
     let hp = HexPrefix::new(path, true);
     let hp = hp.as_slice();
-    rlp::encode_list_header(out, rlp::bytes_len(hp) + rlp::bytes_len(value));
+    rlp::encode_list_header(
+        out,
+        rlp::bytes_len(hp) + rlp::bytes_len(&out[start..value_end]),
+    );
     rlp::encode_bytes(out, hp);
-    rlp::encode_bytes(out, value);
+    if !(value_len == 1 && out[start] < 0x80) {
+        rlp::encode_string_header(out, value_len);
+    }
+    let head = out.len() - value_end;
+    out[start..].rotate_right(head);
 }
 
 /// Appends the RLP of an extension node over the node referenced by `child`.
@@ -1524,7 +1527,7 @@ mod tests {
     }
 
     #[test]
-    fn leaf_nodes_encode_in_place_as_encode_leaf_does() {
+    fn leaf_nodes_encode_in_place_as_their_rlp_spelled_out() {
         // Values of every header form (empty, one byte below and above 0x80, 55 and 56 bytes
         // on either side of the long-string header, 300 bytes), paths of odd and even length,
         // appended after bytes already in the buffer.
@@ -1539,8 +1542,16 @@ mod tests {
                     });
                     let mut got = vec![0xAA, 0xBB];
                     encode(&cell, &mut got);
+                    let mut via_encode_leaf = vec![0xAA, 0xBB];
+                    encode_leaf(&path, &value, &mut via_encode_leaf);
+                    assert_eq!(got, via_encode_leaf);
+                    // The leaf's RLP spelled out: [hex_prefix(path, leaf), value].
+                    let mut payload = Vec::new();
+                    rlp::encode_bytes(&mut payload, &hex_prefix(&path, true));
+                    rlp::encode_bytes(&mut payload, &value);
                     let mut want = vec![0xAA, 0xBB];
-                    encode_leaf(&path, &value, &mut want);
+                    rlp::encode_list_header(&mut want, payload.len());
+                    want.extend_from_slice(&payload);
                     assert_eq!(
                         got, want,
                         "value {len} bytes from {first:#x}, path {path_len}"
