@@ -67,7 +67,7 @@ impl MemoryInfo {
         let mut add = |kind: PageKind, bytes: u64| {
             let n = bytes.div_ceil(MIB2);
             want += n;
-            if matches!(kind, PageKind::Hugetlb2M | PageKind::Transparent2M) {
+            if kind.is_large() {
                 got += n;
             }
         };

@@ -136,7 +136,7 @@ fn page_policy(flags: randomx_flags) -> PagePolicy {
 
 /// `RANDOMX_FLAG_LARGE_PAGES` means hugetlb pages or failure, as in the reference.
 fn pages_ok(flags: randomx_flags, got: PageKind) -> bool {
-    !has(flags, RANDOMX_FLAG_LARGE_PAGES) || got == PageKind::Hugetlb2M
+    !has(flags, RANDOMX_FLAG_LARGE_PAGES) || got.is_hugetlb()
 }
 
 fn force_portable() -> bool {

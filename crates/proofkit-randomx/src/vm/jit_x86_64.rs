@@ -887,7 +887,7 @@ impl ProgramCode {
         };
         if pages != PagePolicy::SmallOnly {
             if let Ok(mut buf) = LargeBuffer::new(LARGE_PAGE, pages) {
-                if matches!(buf.kind(), PageKind::Hugetlb2M | PageKind::Transparent2M) {
+                if buf.kind().is_large() {
                     let ptr = buf.as_mut_ptr();
                     // SAFETY: changes the protection of our own mapping, whole.
                     if unsafe { libc::mprotect(ptr as *mut libc::c_void, LARGE_PAGE, prot) } == 0 {
