@@ -43,7 +43,8 @@ pub enum Pages {
     Small,
     /// Transparent huge pages via madvise (no configuration needed)
     Thp,
-    /// Reserved hugetlb pages (vm.nr_hugepages), else THP, else 4 KiB
+    /// Reserved hugetlb pages (1 GiB ones for the dataset when three are free, else 2 MiB ones
+    /// from vm.nr_hugepages), else THP, else 4 KiB
     Hugetlb,
 }
 
