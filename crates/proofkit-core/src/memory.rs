@@ -3,11 +3,11 @@
 //! The page size matters enormously for RandomX-style random access (on a 2-core Cascade Lake
 //! the reference runs 3.9x faster in fast mode with 2 MiB pages). [`LargeBuffer::new`] tries, in
 //! order: explicit hugetlb pages (`MAP_HUGETLB`, only when asked, since they must be reserved by
-//! root: 1 GiB pages for buffers of at least 1 GiB when `/sys/kernel/mm/hugepages/
-//! hugepages-1048576kB/nr_hugepages` has enough free, as xmrig does for the RandomX dataset, else
-//! 2 MiB pages from `/proc/sys/vm/nr_hugepages`), transparent huge pages (`madvise(MADV_HUGEPAGE)` on a
-//! 2 MiB-aligned region; works without configuration when THP is `always` or `madvise`), and
-//! plain 4 KiB pages. It reports which one it got as a [`PageKind`].
+//! root: 1 GiB pages for buffers of at least 1 GiB when the pool of
+//! `/sys/kernel/mm/hugepages/hugepages-1048576kB` has enough free, as xmrig does for the RandomX
+//! dataset, else 2 MiB pages from `/proc/sys/vm/nr_hugepages`), transparent huge pages
+//! (`madvise(MADV_HUGEPAGE)` on a 2 MiB-aligned region; works without configuration when THP is
+//! `always` or `madvise`), and plain 4 KiB pages. It reports which one it got as a [`PageKind`].
 
 use std::fmt;
 
