@@ -133,42 +133,44 @@ impl LargeBuffer {
     /// (README, session 10).
     #[cfg(target_os = "linux")]
     fn map_hugetlb(len: usize) -> Option<Self> {
-        let sizes = [
-            (GIANT_PAGE, libc::MAP_HUGE_1GB, PageKind::Hugetlb1G),
-            (HUGE_PAGE, 0, PageKind::Hugetlb2M),
-        ];
-        sizes
-            .into_iter()
-            .filter(|&(page, _, _)| page == HUGE_PAGE || len >= page)
-            .find_map(|(page, size_flag, kind)| {
-                let map_len = len.div_ceil(page) * page;
-                // SAFETY: an anonymous private mapping with no address hint has no
-                // preconditions; the result is checked against MAP_FAILED before use.
-                let p = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        map_len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE
-                            | libc::MAP_ANONYMOUS
-                            | libc::MAP_HUGETLB
-                            | libc::MAP_POPULATE
-                            | size_flag,
-                        -1,
-                        0,
-                    )
-                };
-                (p != libc::MAP_FAILED).then(|| {
-                    let p = p as *mut u8;
-                    LargeBuffer {
-                        ptr: p,
-                        len,
-                        map_ptr: p,
-                        map_len,
-                        kind,
-                    }
-                })
-            })
+        (len >= GIANT_PAGE)
+            .then(|| Self::map_reserved(len, GIANT_PAGE, libc::MAP_HUGE_1GB, PageKind::Hugetlb1G))
+            .flatten()
+            .or_else(|| Self::map_reserved(len, HUGE_PAGE, 0, PageKind::Hugetlb2M))
+    }
+
+    /// `len` bytes on reserved pages of `page` bytes (`size_flag` names the size to mmap; 0 is
+    /// the pool's default, 2 MiB), populated; `None` when the pool lacks pages.
+    #[cfg(target_os = "linux")]
+    fn map_reserved(len: usize, page: usize, size_flag: i32, kind: PageKind) -> Option<Self> {
+        let map_len = len.div_ceil(page) * page;
+        // SAFETY: an anonymous private mapping with no address hint has no preconditions; the
+        // result is checked against MAP_FAILED before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_HUGETLB
+                    | libc::MAP_POPULATE
+                    | size_flag,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let p = p as *mut u8;
+        Some(LargeBuffer {
+            ptr: p,
+            len,
+            map_ptr: p,
+            map_len,
+            kind,
+        })
     }
 
     #[cfg(target_os = "linux")]
