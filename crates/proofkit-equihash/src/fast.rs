@@ -417,6 +417,15 @@ struct Heaps {
     overflow: Vec<Vec<Overflow>>,
 }
 
+/// A thread's row counts per bucket, each written once per row it makes, with a cache line
+/// of spare capacity behind them, so that no two threads' counts share a line (two threads
+/// bumping counts in one line pass it back and forth between their cores).
+fn row_counts(nb: usize) -> Vec<u32> {
+    let mut counts = Vec::with_capacity(nb + 16);
+    counts.resize(nb, 0);
+    counts
+}
+
 /// Pair codes of the final step: (bucket, slot id a, slot id b) at layer k-1.
 type Candidate = (u32, u16, u16);
 
@@ -463,7 +472,7 @@ fn solve_with(
 ) -> Option<Found> {
     let mut h = Heaps {
         heap,
-        counts: vec![vec![0u32; plan.nb()]; plan.threads],
+        counts: (0..plan.threads).map(|_| row_counts(plan.nb())).collect(),
         overflow: Vec::with_capacity(plan.k as usize),
     };
     let mut rows = Vec::with_capacity(plan.k as usize);
@@ -615,8 +624,13 @@ fn layer0(gen: &HashGen, plan: &Plan, h: &mut Heaps) -> bool {
             // (200,9)'s widths as constants (the bit extraction then uses immediate shifts).
             let simd = avx512::available() && !plan.portable;
             let fill = match (plan.bb, plan.hw[0], simd) {
+                // The arms are LAYER0_FIXED.
                 (10, 6, true) => avx512::fill_layer0::<10, 6, true>,
                 (10, 6, false) => fill_layer0::<10, 6, true>,
+                (11, 6, true) => avx512::fill_layer0::<11, 6, true>,
+                (11, 6, false) => fill_layer0::<11, 6, true>,
+                (12, 6, true) => avx512::fill_layer0::<12, 6, true>,
+                (12, 6, false) => fill_layer0::<12, 6, true>,
                 _ => fill_layer0::<0, 0, false>,
             };
             if !fill(gen, plan, t, range, region, counts, ovf) {
@@ -801,7 +815,7 @@ fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
     let simd = avx512::available() && !plan.portable;
     let spec = |portable: MergeFn, vector: MergeFn| if simd { vector } else { portable };
     // Digit and bucket widths as constants for the named parameter sets (the shifts then
-    // compile to immediates), read from the plan otherwise.
+    // compile to immediates), read from the plan otherwise. The groups are STEP_FIXED.
     macro_rules! go {
         ($(($c:literal $b:literal $si:literal $so:literal): $($i:literal $o:literal),*;)*) => {
             match (plan.c, plan.bb, si, so, wi, wo) {
@@ -830,6 +844,8 @@ fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
     }
     go!(
         (20 10 7 7): 6 6, 6 5, 5 5, 5 4, 4 4, 4 3, 3 3, 3 2, 2 2, 2 1, 1 1;
+        (20 11 7 7): 6 6, 6 5, 5 5, 5 4, 4 4, 4 3, 3 3, 3 2, 2 2, 2 1, 1 1;
+        (20 12 7 7): 6 6, 6 5, 5 5, 5 4, 4 4, 4 3, 3 3, 3 2, 2 2, 2 1, 1 1;
         (16 6 4 4): 3 3, 3 2, 2 2, 2 1, 1 1;
         (8 0 4 3): 2 2, 1 1;
         (8 0 3 4): 2 1, 1 1;
@@ -837,6 +853,25 @@ fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
     h.overflow.push(ovf);
     ok.into_inner()
 }
+
+/// `(c, B, slot stride of heap 0, of heap 1)` of the plans [`step`] has fixed-width merges
+/// for (its `go!` groups), and `(B, hash words)` of layer 0's fixed-width fills. A plan
+/// outside them runs the portable kernel with widths read at run time: (200,9) on 2 to 7
+/// threads takes B = 11 (its regions leave too few overflow ids at B = 10), which had no
+/// fixed-width instance until session 11 and so took 1.25x the CPU time of one thread
+/// (two threads were 1.5-1.6x one; 1.85x since). `tests::named_parameter_plans_run_fixed_widths` holds the named
+/// parameter sets to these lists.
+#[cfg(test)]
+const STEP_FIXED: [(u32, u32, usize, usize); 6] = [
+    (20, 10, 7, 7),
+    (20, 11, 7, 7),
+    (20, 12, 7, 7),
+    (16, 6, 4, 4),
+    (8, 0, 4, 3),
+    (8, 0, 3, 4),
+];
+#[cfg(test)]
+const LAYER0_FIXED: [(u32, usize); 3] = [(10, 6), (11, 6), (12, 6)];
 
 /// Buckets of thread `t`.
 fn bucket_range(plan: &Plan, t: usize) -> std::ops::Range<usize> {
@@ -1425,5 +1460,26 @@ mod tests {
         assert!(Plan::new(crate::Params::new(200, 9).unwrap(), 2).is_some());
         assert!(Plan::new(crate::Params::new(96, 5).unwrap(), 1).is_some());
         assert!(Plan::new(crate::Params::new(48, 5).unwrap(), 1).is_some());
+    }
+
+    #[test]
+    fn named_parameter_plans_run_fixed_widths() {
+        for (n, k) in [(200, 9), (96, 5), (48, 5)] {
+            for threads in [1, 2, 3, 4, 6, 8] {
+                let p = Plan::new(crate::Params::new(n, k).unwrap(), threads).unwrap();
+                let widths = (p.c, p.bb, p.sw[0], p.sw[1]);
+                assert!(
+                    STEP_FIXED.contains(&widths),
+                    "({n},{k}) on {threads} threads: {widths:?} has no fixed-width merge"
+                );
+                if n == 200 {
+                    assert!(
+                        LAYER0_FIXED.contains(&(p.bb, p.hw[0])),
+                        "(200,9) on {threads} threads: B = {} has no fixed-width layer 0",
+                        p.bb
+                    );
+                }
+            }
+        }
     }
 }
