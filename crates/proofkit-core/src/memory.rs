@@ -345,6 +345,30 @@ pub fn prefetch_read<T>(value: &T) {
     let _ = value;
 }
 
+/// Hints the CPU to bring the cache line holding `value` into the L2 cache (and the levels
+/// below it), not L1: for a line written much later, after enough other traffic that it
+/// would have left L1 again (scattered writes into many buckets). A hint only.
+#[inline(always)]
+pub fn prefetch_read_l2<T>(value: &T) {
+    prefetch_address_l2(value as *const T as *const u8, 0);
+}
+
+/// [`prefetch_read_l2`] for the line at `base + offset` (computed with wrapping arithmetic,
+/// never dereferenced).
+#[inline(always)]
+pub fn prefetch_address_l2(base: *const u8, offset: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT1 has no architectural effect and cannot fault, whatever the address;
+    // SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+            base.wrapping_add(offset) as *const i8,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (base, offset);
+}
+
 /// Hints that the cache line at `base + offset` will be read soon. Takes a raw address (computed
 /// with wrapping arithmetic, never dereferenced) for reads whose target is only known as an
 /// index into memory another borrow is using.

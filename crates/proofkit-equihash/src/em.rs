@@ -1081,7 +1081,7 @@ fn fill_layer0_with<const BB: u32, const HW: usize, const SPEC: bool, K: RowKern
             let dst = mem.bytes_mut(at, 4 * hw.max(1) + 4);
             $store(&mut *dst);
             dst[hb..hb + 4].copy_from_slice(&(index as u32).to_le_bytes());
-            mem.prefetch(at + 64);
+            mem.prefetch_l2(at + 64);
             true
         }};
     }
@@ -1427,7 +1427,7 @@ fn merge_with<
             kern.store_be::<WO>(dst, y);
             write_tree(dst, hbo, tree, so - hbo);
             // As `fast`'s `prefetch_next_rows`: the bucket's next rows then hit the cache.
-            mem.prefetch(oat + 64);
+            mem.prefetch_l2(oat + 64);
         }
     }
     Ok(true)

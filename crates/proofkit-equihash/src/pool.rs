@@ -120,6 +120,14 @@ impl PoolRef<'_> {
             proofkit_core::memory::prefetch_address(self.ptr, at);
         }
     }
+
+    /// As [`PoolRef::prefetch`], into L2 only (for a line written much later).
+    #[inline(always)]
+    pub(crate) fn prefetch_l2(&self, at: usize) {
+        if at < self.len {
+            proofkit_core::memory::prefetch_address_l2(self.ptr, at);
+        }
+    }
 }
 
 #[cfg(test)]
