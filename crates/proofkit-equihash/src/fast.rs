@@ -767,7 +767,7 @@ fn prefetch_next_rows(region: &[u32], at: usize) {
 /// before scattered over the whole heap; the hardware prefetchers start over at each region
 /// and do not run far enough ahead. Asking for the line 768 bytes (about 27 rows of 28
 /// bytes) ahead of the row being read took a step from ~34 to ~29 ms here; 256 bytes gained
-/// a little, 768 to 1,536 bytes the same.
+/// less, 512 to 1,536 bytes about the same.
 #[inline(always)]
 fn prefetch_rows_ahead(heap: &[u32], at: usize) {
     if let Some(w) = heap.get(at + 192) {
@@ -862,8 +862,9 @@ fn step(plan: &Plan, h: &mut Heaps, r: u32) -> bool {
 /// outside them runs the portable kernel with widths read at run time: (200,9) on 2 to 7
 /// threads takes B = 11 (its regions leave too few overflow ids at B = 10), which had no
 /// fixed-width instance until session 11 and so took 1.25x the CPU time of one thread
-/// (two threads were 1.5-1.6x one; 1.85x since). `tests::named_parameter_plans_run_fixed_widths` holds the named
-/// parameter sets to these lists.
+/// (two threads were 1.5-1.6x one; 1.85x since).
+/// `tests::named_parameter_plans_run_fixed_widths` holds the named parameter sets to these
+/// lists.
 #[cfg(test)]
 const STEP_FIXED: [(u32, u32, usize, usize); 6] = [
     (20, 10, 7, 7),
