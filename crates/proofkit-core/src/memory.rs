@@ -333,16 +333,7 @@ pub fn free_hugetlb_pages() -> u64 {
 /// never faults, never changes results.
 #[inline(always)]
 pub fn prefetch_read<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 has no architectural effect and cannot fault, whatever the address;
-    // SSE is part of the x86-64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            value as *const T as *const i8,
-        )
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    prefetch_line::<true>(value as *const T as *const u8);
 }
 
 /// Hints the CPU to bring the cache line holding `value` into the L2 cache (and the levels
@@ -350,23 +341,7 @@ pub fn prefetch_read<T>(value: &T) {
 /// would have left L1 again (scattered writes into many buckets). A hint only.
 #[inline(always)]
 pub fn prefetch_read_l2<T>(value: &T) {
-    prefetch_address_l2(value as *const T as *const u8, 0);
-}
-
-/// [`prefetch_read_l2`] for the line at `base + offset` (computed with wrapping arithmetic,
-/// never dereferenced).
-#[inline(always)]
-pub fn prefetch_address_l2(base: *const u8, offset: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT1 has no architectural effect and cannot fault, whatever the address;
-    // SSE is part of the x86-64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-            base.wrapping_add(offset) as *const i8,
-        )
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (base, offset);
+    prefetch_line::<false>(value as *const T as *const u8);
 }
 
 /// Hints that the cache line at `base + offset` will be read soon. Takes a raw address (computed
@@ -374,16 +349,32 @@ pub fn prefetch_address_l2(base: *const u8, offset: usize) {
 /// index into memory another borrow is using.
 #[inline(always)]
 pub fn prefetch_address(base: *const u8, offset: usize) {
+    prefetch_line::<true>(base.wrapping_add(offset));
+}
+
+/// [`prefetch_read_l2`] for the line at `base + offset` (computed with wrapping arithmetic,
+/// never dereferenced).
+#[inline(always)]
+pub fn prefetch_address_l2(base: *const u8, offset: usize) {
+    prefetch_line::<false>(base.wrapping_add(offset));
+}
+
+/// PREFETCHT0 (`TO_L1`) or PREFETCHT1 of the line at `addr`; nothing off x86-64.
+#[inline(always)]
+fn prefetch_line<const TO_L1: bool>(addr: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 has no architectural effect and cannot fault, whatever the address;
-    // SSE is part of the x86-64 baseline.
+    // SAFETY: PREFETCHT0/T1 have no architectural effect and cannot fault, whatever the
+    // address; SSE is part of the x86-64 baseline.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            base.wrapping_add(offset) as *const i8,
-        )
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        if TO_L1 {
+            _mm_prefetch::<_MM_HINT_T0>(addr as *const i8)
+        } else {
+            _mm_prefetch::<_MM_HINT_T1>(addr as *const i8)
+        }
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (base, offset);
+    let _ = addr;
 }
 
 #[cfg(test)]
