@@ -28,6 +28,7 @@ fn main() {
             total += n;
             continue;
         }
+        let one = std::time::Instant::now();
         let gen = HashGen::new(p, b"ZcashPoW", &header, &nonce_from_int(i as u128)).unwrap();
         let (s, st) = solve_in(
             &gen,
@@ -39,7 +40,11 @@ fn main() {
             &mut ws,
         )
         .unwrap();
-        eprintln!("nonce {i}: {} solutions {st:?}", s.len());
+        eprintln!(
+            "nonce {i}: {} solutions in {:.1} ms {st:?}",
+            s.len(),
+            one.elapsed().as_secs_f64() * 1e3
+        );
         total += s.len();
     }
     let secs = t.elapsed().as_secs_f64();

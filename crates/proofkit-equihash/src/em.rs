@@ -565,13 +565,6 @@ impl TreeOut<'_> {
         self.len += bytes;
     }
 
-    /// Appends the low `tb` bytes of `v` (room reserved).
-    #[inline(always)]
-    fn put(&mut self, v: u64, tb: usize) {
-        self.buf[self.len..self.len + 8].copy_from_slice(&v.to_le_bytes());
-        self.len += tb;
-    }
-
     fn flush(&mut self) -> io::Result<()> {
         let bytes = &self.buf[..self.len];
         match &mut self.sink {
@@ -872,7 +865,7 @@ fn layers(
         let (ranges, cuts) = tree_parts(&pre, geo.ftb[r], threads);
         out.starts.push(start);
         let sinks: Vec<Sink> = match (pass, trees.as_deref_mut()) {
-            (Pass::Solve { height }, Some(trees)) if r >= height => {
+            (Pass::Solve { height }, Some(trees)) if r >= height && r + 1 < k => {
                 let s = trees.sinks(start, &cuts)?;
                 start += cuts[threads];
                 s
@@ -937,19 +930,15 @@ fn layers(
                 out.picked.extend(picked);
             }
         } else {
-            let jobs = views.iter_mut().zip(&mut scratch).zip(sinks).zip(ranges);
-            let found = on_threads(jobs.collect(), |_, (((view, s), sink), buckets)| {
-                let mut trees = TreeOut {
-                    sink,
-                    buf: &mut s.tree_buf,
-                    len: 0,
-                };
-                let c = final_step(plan, geo, view, lists, &mut trees, &mut s.work, buckets)?;
-                trees.finish()?;
-                Ok::<_, io::Error>(c)
+            // The last layer's trees are not stored: the final step reads those of its
+            // candidates from their rows.
+            drop(sinks);
+            let jobs = views.iter_mut().zip(&mut scratch).zip(ranges);
+            let found = on_threads(jobs.collect(), |_, ((view, s), buckets)| {
+                final_step(plan, geo, view, lists, &mut s.work, buckets)
             });
             for c in found {
-                out.cands.extend(c?);
+                out.cands.extend(c);
             }
         }
         if r + 1 < k {
@@ -1542,26 +1531,26 @@ fn merge_with<
     Ok(true)
 }
 
-/// Pair codes of the final step: (bucket, slot id a, slot id b) at layer k-1.
-type Candidate = (u32, u16, u16);
+/// A pair found by the final step: the trees of its two rows at layer k-1 (older row
+/// first), read from the rows, so that the last layer's trees (an eighth of (200,9)'s) never
+/// go to the store and the trace back starts a layer lower.
+type Candidate = (u64, u64);
 
-/// The last step: pairs of layer `k-1` rows equal on all their bits; writes the layer's
-/// trees.
+/// The last step: pairs of layer `k-1` rows equal on all their bits.
 fn final_step(
     plan: &Plan,
     geo: &Geo,
     mem: &PoolRef,
     cur: &[Layer],
-    trees: &mut TreeOut,
     s: &mut Work,
     buckets: Range<usize>,
-) -> io::Result<Vec<Candidate>> {
+) -> Vec<Candidate> {
     let r = plan.k as usize - 1;
     match plan.hw[r] {
-        1 => final_merge::<1>(plan, geo, mem, cur, trees, s, buckets),
-        2 => final_merge::<2>(plan, geo, mem, cur, trees, s, buckets),
-        3 => final_merge::<3>(plan, geo, mem, cur, trees, s, buckets),
-        4 => final_merge::<4>(plan, geo, mem, cur, trees, s, buckets),
+        1 => final_merge::<1>(plan, geo, mem, cur, s, buckets),
+        2 => final_merge::<2>(plan, geo, mem, cur, s, buckets),
+        3 => final_merge::<3>(plan, geo, mem, cur, s, buckets),
+        4 => final_merge::<4>(plan, geo, mem, cur, s, buckets),
         _ => unreachable!("the last layer holds 2c - B <= 64 bits"),
     }
 }
@@ -1571,10 +1560,9 @@ fn final_merge<const W: usize>(
     geo: &Geo,
     mem: &PoolRef,
     cur: &[Layer],
-    trees: &mut TreeOut,
     s: &mut Work,
     buckets: Range<usize>,
-) -> io::Result<Vec<Candidate>> {
+) -> Vec<Candidate> {
     let r = plan.k as usize - 1;
     let rb = plan.rb;
     let (si, rpc, hb, tb, mask) = (geo.stride[r], geo.rpc[r], geo.hb[r], geo.tb[r], geo.mask[r]);
@@ -1595,16 +1583,15 @@ fn final_merge<const W: usize>(
         x
     };
     let filter = |at: usize| (load::<1>(mem.bytes(at, 4))[0] >> (32 - fb)) as usize;
+    // Reads of a tree may run 4 bytes past its row (`read_tree`, as `Geo` allows).
+    let tree = |at: usize| read_tree(mem.bytes(at + hb, 8), 0, tb) & byte_mask(tb);
     let mut out = Vec::new();
     for b in buckets.clone() {
         chains.clear(rb);
-        let count: usize = cur.iter().map(|l| l.counts[b] as usize).sum();
-        trees.reserve(count * 8)?;
         items.clear();
         let mut id0 = 0;
         for lay in cur {
-            for_rows(mem, lay, b, si, rpc, geo.chunk, id0, |_, at, bytes| {
-                trees.put(read_tree(bytes, hb, tb) & byte_mask(tb), tb);
+            for_rows(mem, lay, b, si, rpc, geo.chunk, id0, |_, at, _| {
                 items.push(at as u32);
                 let f = filter(at);
                 seen[f] = seen[f].saturating_add(1);
@@ -1631,7 +1618,7 @@ fn final_merge<const W: usize>(
                 let (older, qat) = chains.link(qi);
                 q = older;
                 if row(qat as usize) == rowb {
-                    out.push((b as u32, qi as u16, id as u16));
+                    out.push((tree(qat as usize), tree(at)));
                 }
             }
         }
@@ -1639,7 +1626,7 @@ fn final_merge<const W: usize>(
             seen[filter(at as usize)] = 0;
         }
     }
-    Ok(out)
+    out
 }
 
 /// Where each layer's trees are in the store.
@@ -1681,8 +1668,9 @@ impl Book<'_> {
 /// `pr`'s re-run of the layers up to `layer`: the trees at the sorted positions `wanted`.
 type Rerun<'a> = dyn FnMut(usize, &[u64]) -> io::Result<Vec<u64>> + 'a;
 
-/// Traces the candidates back one layer at a time, all together: at each layer the trees of
-/// their nodes are read from the store (or, below `book.height`, picked out of a re-run of
+/// Traces the candidates back one layer at a time, all together: at each layer below the
+/// last (whose trees come with the candidates) the trees of their nodes are read from the
+/// store (or, below `book.height`, picked out of a re-run of
 /// the layers up to that one by `rerun(layer, sorted positions)`), and a candidate is dropped
 /// as soon as a row occurs twice in its tree (as in `fast`). Returns the kept candidates'
 /// leaf indices in tree order and the number dropped.
@@ -1695,58 +1683,13 @@ fn trace_back(
     let k = plan.k as usize;
     let pair_bits = book.geo.pair_bits;
     let pair_mask = (1u64 << pair_bits) - 1;
-    // Each live candidate's nodes at the current layer: bucket << 32 | slot id.
-    let mut live: Vec<Vec<u64>> = cands
-        .iter()
-        .map(|&(b, a, c)| {
-            let b = (b as u64) << 32;
-            vec![b | a as u64, b | c as u64]
-        })
-        .collect();
-    let total = live.len();
+    let total = cands.len();
+    // Each live candidate's trees at layer r, in tree order (at k-1: from the final step).
+    let mut trees: Vec<Vec<u64>> = cands.iter().map(|&(a, c)| vec![a, c]).collect();
     let mut sorted = Vec::new();
-    for r in (0..k).rev() {
-        let positions: Vec<Vec<u64>> = live
-            .iter()
-            .map(|nodes| {
-                nodes
-                    .iter()
-                    .map(|&n| book.position(r, (n >> 32) as usize, n as u32 as usize))
-                    .collect::<io::Result<Vec<u64>>>()
-            })
-            .collect::<io::Result<_>>()?;
-        let trees: Vec<Vec<u64>> = if r >= book.height {
-            positions
-                .iter()
-                .map(|ps| ps.iter().map(|&p| book.tree(r, p)).collect())
-                .collect::<io::Result<_>>()?
-        } else {
-            let mut wanted: Vec<u64> = positions.iter().flatten().copied().collect();
-            wanted.sort_unstable();
-            wanted.dedup();
-            let picked = if wanted.is_empty() {
-                Vec::new()
-            } else {
-                rerun(r, &wanted)?
-            };
-            positions
-                .iter()
-                .map(|ps| {
-                    ps.iter()
-                        .map(|p| picked[wanted.binary_search(p).expect("wanted")])
-                        .collect()
-                })
-                .collect()
-        };
-        if r == 0 {
-            let leaves = trees
-                .into_iter()
-                .map(|t| t.into_iter().map(|v| v as u32).collect())
-                .collect::<Vec<Vec<u32>>>();
-            let kept = leaves.len();
-            return Ok((leaves, total - kept));
-        }
-        let mut next = Vec::with_capacity(live.len());
+    for r in (1..k).rev() {
+        // Layer r's trees name nodes (bucket << 32 | slot id) of layer r - 1.
+        let mut live = Vec::with_capacity(trees.len());
         for t in trees {
             let mut below = Vec::with_capacity(2 * t.len());
             for tree in t {
@@ -1762,12 +1705,50 @@ fn trace_back(
             sorted.extend_from_slice(&below);
             sorted.sort_unstable();
             if !sorted.windows(2).any(|w| w[0] == w[1]) {
-                next.push(below);
+                live.push(below);
             }
         }
-        live = next;
+        let below = r - 1;
+        let positions: Vec<Vec<u64>> = live
+            .iter()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|&n| book.position(below, (n >> 32) as usize, n as u32 as usize))
+                    .collect::<io::Result<Vec<u64>>>()
+            })
+            .collect::<io::Result<_>>()?;
+        trees = if below >= book.height {
+            positions
+                .iter()
+                .map(|ps| ps.iter().map(|&p| book.tree(below, p)).collect())
+                .collect::<io::Result<_>>()?
+        } else {
+            let mut wanted: Vec<u64> = positions.iter().flatten().copied().collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            let picked = if wanted.is_empty() {
+                Vec::new()
+            } else {
+                rerun(below, &wanted)?
+            };
+            positions
+                .iter()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| picked[wanted.binary_search(p).expect("wanted")])
+                        .collect()
+                })
+                .collect()
+        };
     }
-    unreachable!("the loop returns at layer 0")
+    // Layer 0's trees are the leaves' indices.
+    let leaves = trees
+        .into_iter()
+        .map(|t| t.into_iter().map(|v| v as u32).collect())
+        .collect::<Vec<Vec<u32>>>();
+    let kept = leaves.len();
+    Ok((leaves, total - kept))
 }
 
 #[cfg(test)]
