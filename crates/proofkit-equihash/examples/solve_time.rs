@@ -15,7 +15,13 @@ fn main() {
         "em" => Mode::Em,
         _ => Mode::Full,
     };
-    let header = vec![0u8; 108];
+    // The bench's header for seed S (`HEADER_SEED`, default 0: all zeros).
+    let mut header = vec![0u8; 108];
+    let seed: u64 = std::env::var("HEADER_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    header[..8].copy_from_slice(&seed.to_le_bytes());
     let t = std::time::Instant::now();
     let mut total = 0;
     let mut ws = Workspace::default();

@@ -908,9 +908,14 @@ impl Chains {
         fn table<T: Copy + std::fmt::Debug, const N: usize>(v: T) -> Box<[T; N]> {
             vec![v; N].into_boxed_slice().try_into().expect("N entries")
         }
+        // `next[id]` is written before it is read, except `next[NIL]` (read by `older(NIL)`):
+        // a zeroed table with that one entry set leaves the rest of its 128 KiB untouched
+        // (not resident) instead of filling it.
+        let mut next = table(0);
+        next[NIL as usize] = NIL;
         Chains {
             heads: table(NIL),
-            next: table(NIL),
+            next,
             loc: table(0),
         }
     }

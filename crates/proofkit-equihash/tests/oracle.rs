@@ -153,6 +153,31 @@ fn modes_agree_on_200_9() {
     }
 }
 
+/// (200,9) whose last layer grows past the slot ids (2.79M rows, a bucket of 2,943 rows
+/// against 2,895 ids: the bench's header for seed 2, nonce 5): `em` stays on its own layout
+/// (before, it fell back to the general solver and ~210 MB), with the general solver's
+/// solutions, each valid for the `equihash` crate.
+#[test]
+fn em_keeps_its_layout_when_the_last_layer_outgrows_the_slot_ids() {
+    let p = Params::new(200, 9).unwrap();
+    let mut input = vec![0u8; 108];
+    input[0] = 2;
+    let nonce = nonce_from_int(5);
+    let gen = HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
+    let (want, general) = solve(&gen, &cfg(Mode::Full, 1)).unwrap();
+    // `full`'s fixed slots overflow here (a plain fallback, no memory bound to keep).
+    assert!(general.fast_overflow, "{general:?}");
+    assert_eq!(want.len(), 3);
+    let (sols, stats) = solve(&gen, &cfg(Mode::Em, 1)).unwrap();
+    assert!(stats.fast_path && !stats.fast_overflow, "{stats:?}");
+    assert!(stats.layer_rows[8] > 2_700_000, "{stats:?}");
+    assert_eq!(sols, want);
+    for s in &sols {
+        equihash::is_valid_solution(200, 9, &input, &nonce, &minimal::encode(p, s).unwrap())
+            .unwrap();
+    }
+}
+
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(std::path::PathBuf);
 
