@@ -19,13 +19,14 @@
 //!          layer r >= 1: bucket of the pair at layer r-1 << P | pair(slot a, slot b),
 //!          P = 32 - B where that names enough slot ids (4-byte trees), else wider
 //!          (`Plan::wide`, e.g. (144,5): P = 21, 5-byte trees)
-//!  file:   | layer 0's trees (full indices) | layer 1's | ... | layer k-1's |,
-//!          each layer in (bucket, slot) order
+//!  file:   | layer 0's trees (full indices) | layer 1's | ... | layer k-2's |,
+//!          each layer in (bucket, slot) order, in writes cut at 64 KiB file offsets
 //! ```
 //!
 //! Each layer's trees are written to the temporary file with plain positioned writes while the
 //! layer is consumed (in bucket order, so sequentially; a mapped file would count in the
-//! resident set), and read back only for the candidates' trees at the end. Slot `s` of bucket
+//! resident set), and read back only for the candidates' trees at the end. The last layer's
+//! trees are not written: the final step takes its candidates' trees from their rows. Slot `s` of bucket
 //! `b` at layer `r` is entry `(rows of buckets < b) + s` of layer `r`'s part of the file.
 //! The `full` mode runs the same solver with the trees in memory ([`Store::Memory`]: the
 //! file's bytes in one buffer) where [`crate::fast`] has no plan ((144,5), (192,7)).
