@@ -26,8 +26,9 @@
 //! Each layer's trees are written to the temporary file with plain positioned writes while the
 //! layer is consumed (in bucket order, so sequentially; a mapped file would count in the
 //! resident set), and read back only for the candidates' trees at the end. The last layer's
-//! trees are not written: the final step takes its candidates' trees from their rows. Slot `s` of bucket
-//! `b` at layer `r` is entry `(rows of buckets < b) + s` of layer `r`'s part of the file.
+//! trees are not written: the final step takes its candidates' trees from their rows. Slot
+//! `s` of bucket `b` at layer `r` is entry `(rows of buckets < b) + s` of layer `r`'s part of
+//! the file.
 //! The `full` mode runs the same solver with the trees in memory ([`Store::Memory`]: the
 //! file's bytes in one buffer) where [`crate::fast`] has no plan ((144,5), (192,7)).
 //!
