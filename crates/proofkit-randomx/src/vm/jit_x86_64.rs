@@ -967,6 +967,8 @@ impl ProgramCode {
         self.len = code.len();
         if self.secure {
             self.protect(libc::PROT_READ | libc::PROT_EXEC)?;
+        } else {
+            serialize_instruction_stream();
         }
         Ok(())
     }
@@ -985,6 +987,30 @@ impl ProgramCode {
             let f: LoopFn = std::mem::transmute::<*mut u8, LoopFn>(self.ptr);
             f(state);
         }
+    }
+}
+
+/// Makes this thread fetch the code just written instead of instructions it may still hold
+/// for the previous program at the same addresses. Without it, VMs on several threads
+/// occasionally jumped to a branch target of the previous program (session 12: a stand-alone
+/// reproducer, three light-mode VMs while a new Cache was built, crashed in 3 of 4 runs within
+/// a minute, always at the first iteration of a program, inside an instruction of the current
+/// one; the miner's regtest test died the same way in 2 of 5 runs; secure mode, whose
+/// `mprotect` serializes, never did). `SERIALIZE` where the CPU has it, else `CPUID` (the
+/// architectural way; a VM exit under a hypervisor, ~1-2 us, once per program).
+fn serialize_instruction_stream() {
+    static HAS_SERIALIZE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let serialize = *HAS_SERIALIZE.get_or_init(|| {
+        // An unsupported leaf 7 reads as zeros: no SERIALIZE.
+        std::arch::x86_64::__cpuid_count(7, 0).edx & (1 << 14) != 0
+    });
+    if serialize {
+        // SAFETY: SERIALIZE (0F 01 E8) has no operands and no effect but serialization; the CPU
+        // reports it (CPUID.07H:EDX[14]).
+        unsafe { std::arch::asm!(".byte 0x0f, 0x01, 0xe8", options(nostack, preserves_flags)) };
+    } else {
+        // CPUID is serializing.
+        std::arch::x86_64::__cpuid(0);
     }
 }
 
