@@ -16,6 +16,9 @@ pub struct CpuFeatures {
     pub avx512bw: bool,
     pub sha: bool,
     pub bmi2: bool,
+    /// The SERIALIZE instruction (CPUID.07H:EDX[14]); not a kernel feature, so not in
+    /// [`CpuFeatures::names`].
+    pub serialize: bool,
 }
 
 impl CpuFeatures {
@@ -48,6 +51,8 @@ fn detect() -> CpuFeatures {
         avx512bw: std::arch::is_x86_feature_detected!("avx512bw"),
         sha: std::arch::is_x86_feature_detected!("sha"),
         bmi2: std::arch::is_x86_feature_detected!("bmi2"),
+        // Not among `is_x86_feature_detected!`'s names; an unsupported leaf 7 reads as zeros.
+        serialize: std::arch::x86_64::__cpuid_count(7, 0).edx & (1 << 14) != 0,
     }
 }
 

@@ -1167,7 +1167,9 @@ fn for_rows(
             usize::MAX
         };
         // The chunks of a bucket are scattered, so the hardware prefetchers lose the stream
-        // at each chunk's end: ask for the next chunk's lines now.
+        // at each chunk's end: ask for the next chunk's lines now. `Lookahead` has usually
+        // brought them to L2 already (these requests then cost little); this covers a
+        // thread's first bucket and buckets whose predecessor had too few pairs to walk them.
         if next != usize::MAX {
             for line in (0..chunk_bytes + 63).step_by(64) {
                 mem.prefetch(next * chunk_bytes + line);
@@ -1193,6 +1195,8 @@ fn for_rows(
 /// step's time). The chunk lists are linked, so a chunk's last line (its link) is asked for
 /// first and read once the chunk's other lines are on their way.
 struct Lookahead {
+    /// The bucket fetched.
+    bucket: usize,
     /// The bucket's list being walked, its chunk (`NO_CHUNK`: done) and chunks left in it.
     list: usize,
     chunk: u32,
@@ -1202,26 +1206,24 @@ struct Lookahead {
 }
 
 impl Lookahead {
-    /// Nothing to fetch.
-    const DONE: Lookahead = Lookahead {
-        list: usize::MAX,
-        chunk: NO_CHUNK,
-        left: 0,
-        line: 0,
-    };
-
-    /// Starts on bucket `b`'s lists in `lists`.
-    fn new(lists: &[Layer], b: usize) -> Self {
+    /// For the bucket after `b` in `lists`, if `buckets` (this thread's) has one.
+    fn after(lists: &[Layer], b: usize, buckets: &Range<usize>) -> Self {
         let mut w = Lookahead {
+            bucket: b + 1,
             list: 0,
-            ..Lookahead::DONE
+            chunk: NO_CHUNK,
+            left: 0,
+            line: 0,
         };
-        w.enter(lists, b);
+        if w.bucket < buckets.end {
+            w.enter(lists);
+        }
         w
     }
 
-    /// Moves to the first list from `self.list` on that has chunks of bucket `b`.
-    fn enter(&mut self, lists: &[Layer], b: usize) {
+    /// Moves to the first list from `self.list` on that has chunks of the bucket.
+    fn enter(&mut self, lists: &[Layer]) {
+        let b = self.bucket;
         while let Some(l) = lists.get(self.list) {
             if l.nchunks[b] > 0 {
                 self.chunk = l.head[b];
@@ -1234,9 +1236,9 @@ impl Lookahead {
         self.chunk = NO_CHUNK;
     }
 
-    /// Asks for the next line of bucket `b`'s chunks.
+    /// Asks for the bucket's next line.
     #[inline(always)]
-    fn advance(&mut self, mem: &PoolRef, lists: &[Layer], b: usize, chunk_bytes: usize) {
+    fn advance(&mut self, mem: &PoolRef, lists: &[Layer], chunk_bytes: usize) {
         if self.chunk == NO_CHUNK {
             return;
         }
@@ -1257,7 +1259,7 @@ impl Lookahead {
                 self.chunk = read_u32(mem.bytes(base + chunk_bytes - 4, 4), 0);
             } else {
                 self.list += 1;
-                self.enter(lists, b);
+                self.enter(lists);
             }
         }
     }
@@ -1508,13 +1510,9 @@ fn merge_with<
             lay.free(alloc, mem, b);
         }
         // Phase 2: merge every listed pair, fetching the next bucket's rows meanwhile.
-        let mut ahead = if b + 1 < buckets.end {
-            Lookahead::new(cur, b + 1)
-        } else {
-            Lookahead::DONE
-        };
+        let mut ahead = Lookahead::after(cur, b, &buckets);
         for &p in &pairs[..np] {
-            ahead.advance(mem, cur, b + 1, geo.chunk);
+            ahead.advance(mem, cur, geo.chunk);
             let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
             let rowa = &rows[qi * WI..qi * WI + WI];
             let rowb = &rows[id * WI..id * WI + WI];
@@ -1612,13 +1610,9 @@ fn final_merge<const W: usize>(
             id0 += lay.counts[b] as usize;
         }
         // Meanwhile the next bucket's rows are fetched (as in `merge_with`).
-        let mut ahead = if b + 1 < buckets.end {
-            Lookahead::new(cur, b + 1)
-        } else {
-            Lookahead::DONE
-        };
+        let mut ahead = Lookahead::after(cur, b, &buckets);
         for (id, &at) in items.iter().enumerate() {
-            ahead.advance(mem, cur, b + 1, geo.chunk);
+            ahead.advance(mem, cur, geo.chunk);
             let at = at as usize;
             if seen[filter(at)] < 2 {
                 continue;

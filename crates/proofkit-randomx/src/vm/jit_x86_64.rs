@@ -999,12 +999,7 @@ impl ProgramCode {
 /// `mprotect` serializes, never did). `SERIALIZE` where the CPU has it, else `CPUID` (the
 /// architectural way; a VM exit under a hypervisor, ~1-2 us, once per program).
 fn serialize_instruction_stream() {
-    static HAS_SERIALIZE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let serialize = *HAS_SERIALIZE.get_or_init(|| {
-        // An unsupported leaf 7 reads as zeros: no SERIALIZE.
-        std::arch::x86_64::__cpuid_count(7, 0).edx & (1 << 14) != 0
-    });
-    if serialize {
+    if proofkit_core::cpu::features().serialize {
         // SAFETY: SERIALIZE (0F 01 E8) has no operands and no effect but serialization; the CPU
         // reports it (CPUID.07H:EDX[14]).
         unsafe { std::arch::asm!(".byte 0x0f, 0x01, 0xe8", options(nostack, preserves_flags)) };
