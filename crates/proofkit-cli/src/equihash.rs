@@ -435,10 +435,20 @@ fn mode_table(
         quiet,
     );
     // Rounds alternate the algorithms, so that a slow spell of a shared machine falls on all.
+    // Within a round `em` runs right after `full` (the table keeps the seed's order): the
+    // issue's ratio is em/full, and a long `pr` run between them let the host's speed change
+    // in between (rounds of one bench run gave em/full from 0.66 to 0.86).
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by_key(|&i| match runs[i].2 {
+        "full" => 0,
+        "em" => 1,
+        _ => 2,
+    });
     let mut measured: Vec<Vec<Value>> = vec![Vec::new(); runs.len()];
     for _ in 0..plan.runs {
-        for ((_, _, mode, height), out) in runs.iter().zip(&mut measured) {
-            out.push(measure(
+        for &i in &order {
+            let (_, _, mode, height) = &runs[i];
+            measured[i].push(measure(
                 &plan.variant,
                 plan.iters,
                 plan.seed,
@@ -449,6 +459,16 @@ fn mode_table(
             pb.inc(1);
         }
     }
+    // em/full of each round (adjacent runs) and their median: steadier than the ratio of
+    // the rows' medians when the host's speed changes between rounds.
+    let at = |m: &str| runs.iter().position(|r| r.2 == m);
+    let paired: Option<Vec<f64>> = at("full").zip(at("em")).map(|(f, e)| {
+        measured[f]
+            .iter()
+            .zip(&measured[e])
+            .map(|(f, e)| (sol_per_s(e) / sol_per_s(f) * 1000.0).round() / 1000.0)
+            .collect()
+    });
     for ((name, imp, mode, _), rounds) in runs.into_iter().zip(measured) {
         let all: Vec<f64> = rounds.iter().map(sol_per_s).collect();
         let m = median_round(rounds);
@@ -470,6 +490,13 @@ fn mode_table(
     report.note("seed", plan.seed);
     report.note("threads", plan.threads as u64);
     report.note("runs", plan.runs as u64);
+    if let Some(ratios) = paired {
+        report.note(
+            "em/full median of rounds",
+            proofkit_core::report::median(&ratios),
+        );
+        report.note("em/full by round", ratios);
+    }
     if plan.peer && (p.n(), p.k()) != (200, 9) {
         report.note("peer", "the equihash crate's solver handles (200,9) only");
     }

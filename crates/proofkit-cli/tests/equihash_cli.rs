@@ -87,6 +87,36 @@ fn bench_runs_rounds_and_reports_the_median() {
         sorted.sort_by(f64::total_cmp);
         assert_eq!(row["Sol/s"].as_f64().unwrap(), sorted[1], "{row}");
     }
+    // Rows in the seed's order (em is run right after full, but listed last), and em/full
+    // of each round with their median.
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["full", "pr", "em"], "{text}");
+    let each = |r: &serde_json::Value| -> Vec<f64> {
+        r["sol_per_s_of_each_run"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let want: Vec<f64> = each(&rows[2])
+        .iter()
+        .zip(each(&rows[0]))
+        .map(|(e, f)| (e / f * 1000.0).round() / 1000.0)
+        .collect();
+    let by_round: Vec<f64> = v["info"]["em/full by round"]
+        .as_array()
+        .expect("em/full by round")
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(by_round, want, "{text}");
+    let mut sorted = want.clone();
+    sorted.sort_by(f64::total_cmp);
+    assert_eq!(
+        v["info"]["em/full median of rounds"].as_f64(),
+        Some(sorted[1])
+    );
     let out = bench("0");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--runs"));
