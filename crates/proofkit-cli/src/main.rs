@@ -1,8 +1,10 @@
 //! `proofkit`: one subcommand per engine, plus `bench`, the main job (a short run of every
 //! engine's benchmark beside its peer). Errors are printed as one line; the exit code is non-zero.
+#![deny(unsafe_code)]
 
 use clap::{Parser, Subcommand};
 
+mod alloc;
 mod bench;
 mod equihash;
 mod randomx;
@@ -38,7 +40,20 @@ enum Command {
     Bench(bench::Args),
 }
 
+#[global_allocator]
+static GLOBAL: alloc::PerCommand = alloc::PerCommand;
+
 fn main() {
+    if let Some(v) = std::env::var_os(alloc::OVERRIDE) {
+        if alloc::choice(None, Some(v.as_encoded_bytes())).is_err() {
+            eprintln!(
+                "proofkit: {}={} is not an allocator (system or mimalloc)",
+                alloc::OVERRIDE,
+                v.to_string_lossy()
+            );
+            std::process::exit(2);
+        }
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Randomx(a) => randomx::run(a),

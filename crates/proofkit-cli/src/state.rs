@@ -328,6 +328,7 @@ fn bench(a: BenchArgs) -> CliResult {
     report.note("read_back_threads", s.read_back_threads as u64);
     report.note("final_root", format!("0x{}", hex::encode(s.final_root)));
     report.note("peak_rss_kb", peak_rss_kb());
+    report.note("allocator", crate::alloc::name());
     emit(
         &report,
         a.json,
