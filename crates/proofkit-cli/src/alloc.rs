@@ -44,7 +44,16 @@ pub fn choice(command: Option<&[u8]>, over: Option<&[u8]>) -> Result<bool, ()> {
     }
 }
 
-/// The `#[global_allocator]`: mimalloc or the system's, as [`choose`] decided.
+/// The system allocator, for a new block: from now on the choice cannot change.
+#[inline(always)]
+fn system() -> System {
+    if !ALLOCATED.load(Ordering::Relaxed) {
+        ALLOCATED.store(true, Ordering::Relaxed);
+    }
+    System
+}
+
+/// The `#[global_allocator]`: mimalloc or the system's, as `choose` decided.
 pub struct PerCommand;
 
 // SAFETY: each method forwards to one allocator, the same for the whole process (`MIMALLOC`
@@ -55,23 +64,19 @@ unsafe impl GlobalAlloc for PerCommand {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if MIMALLOC.load(Ordering::Relaxed) {
-            return mimalloc::MiMalloc.alloc(layout);
+            mimalloc::MiMalloc.alloc(layout)
+        } else {
+            system().alloc(layout)
         }
-        if !ALLOCATED.load(Ordering::Relaxed) {
-            ALLOCATED.store(true, Ordering::Relaxed);
-        }
-        System.alloc(layout)
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if MIMALLOC.load(Ordering::Relaxed) {
-            return mimalloc::MiMalloc.alloc_zeroed(layout);
+            mimalloc::MiMalloc.alloc_zeroed(layout)
+        } else {
+            system().alloc_zeroed(layout)
         }
-        if !ALLOCATED.load(Ordering::Relaxed) {
-            ALLOCATED.store(true, Ordering::Relaxed);
-        }
-        System.alloc_zeroed(layout)
     }
 
     #[inline]

@@ -5,6 +5,8 @@
 //! Each nonce is solved by both modes, in alternating order; the first nonce (each mode's
 //! memory coming in) is left out of the totals. Prints the two modes' times and em/full as
 //! Sol/s (the ratio of the totals, and the median of the nonces' ratios).
+mod common;
+
 use proofkit_equihash::{nonce_from_int, solve_in, HashGen, Mode, Params, SolverConfig, Workspace};
 use std::time::Instant;
 
@@ -14,12 +16,7 @@ fn main() {
     let p = Params::new(get(1, "200").parse().unwrap(), get(2, "9").parse().unwrap()).unwrap();
     let iters: u32 = get(3, "11").parse().unwrap();
     let threads: usize = get(4, "1").parse().unwrap();
-    let mut header = vec![0u8; 108];
-    let seed: u64 = std::env::var("HEADER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    header[..8].copy_from_slice(&seed.to_le_bytes());
+    let header = common::bench_header();
     let modes = [Mode::Full, Mode::Em];
     let mut spaces = [Workspace::default(), Workspace::default()];
     let mut totals = [0f64; 2];

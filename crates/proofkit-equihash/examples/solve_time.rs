@@ -1,6 +1,8 @@
 //! Times solves of (n, k) on the benchmark's instances: `cargo run --release --example
 //! solve_time -- N K ITERS THREADS MODE [HEIGHT]`
 //! (MODE full|pr|em, or peer for the equihash crate's (200,9) solver).
+mod common;
+
 use proofkit_equihash::{nonce_from_int, solve_in, HashGen, Mode, Params, SolverConfig, Workspace};
 
 fn main() {
@@ -15,13 +17,7 @@ fn main() {
         "em" => Mode::Em,
         _ => Mode::Full,
     };
-    // The bench's header for seed S (`HEADER_SEED`, default 0: all zeros).
-    let mut header = vec![0u8; 108];
-    let seed: u64 = std::env::var("HEADER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    header[..8].copy_from_slice(&seed.to_le_bytes());
+    let header = common::bench_header();
     let t = std::time::Instant::now();
     let mut total = 0;
     let mut ws = Workspace::default();
