@@ -4,9 +4,16 @@ use std::process::Command;
 
 fn state_bench(allocator: Option<&str>) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_proofkit"));
-    cmd.args(["state", "bench", "--blocks", "2", "--accounts-per-block", "10"])
-        .args(["--rows", "1", "--json"])
-        .env_remove("PROOFKIT_ALLOCATOR");
+    cmd.args([
+        "state",
+        "bench",
+        "--blocks",
+        "2",
+        "--accounts-per-block",
+        "10",
+    ])
+    .args(["--rows", "1", "--json"])
+    .env_remove("PROOFKIT_ALLOCATOR");
     if let Some(a) = allocator {
         cmd.env("PROOFKIT_ALLOCATOR", a);
     }
@@ -43,4 +50,38 @@ fn an_unknown_allocator_is_refused() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// mimalloc's option listing (`MIMALLOC_VERBOSE=1`) shows purging off, unless the environment
+/// sets it: this also checks the option index src/alloc.rs hard-codes.
+#[test]
+fn mimalloc_runs_with_purging_off() {
+    let purge_delay = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_proofkit"));
+        cmd.args([
+            "state",
+            "bench",
+            "--blocks",
+            "1",
+            "--accounts-per-block",
+            "1",
+        ])
+        .args(["--rows", "1", "--json"])
+        .env_remove("PROOFKIT_ALLOCATOR")
+        .env_remove("MIMALLOC_PURGE_DELAY")
+        .env("MIMALLOC_VERBOSE", "1");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("run proofkit");
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        err.lines()
+            .find_map(|l| l.strip_prefix("option 'purge_delay': "))
+            .unwrap_or_else(|| panic!("no purge_delay in mimalloc's options: {err}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(purge_delay(&[]), "-1");
+    assert_eq!(purge_delay(&[("MIMALLOC_PURGE_DELAY", "25")]), "25");
 }
