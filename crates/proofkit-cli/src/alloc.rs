@@ -66,6 +66,9 @@ pub struct PerCommand;
 // is written only by `choose`, before the first allocation, see `ALLOCATED`), so a block is
 // always resized and freed by the allocator that made it; both allocators uphold
 // `GlobalAlloc`'s contract for the layouts they are given.
+// `alloc_zeroed` and `realloc` forward too rather than take the trait's defaults (allocate,
+// then fill or copy): calloc's fresh pages stay untouched, which Equihash `em`'s zeroed
+// tables count on for its resident set.
 unsafe impl GlobalAlloc for PerCommand {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {

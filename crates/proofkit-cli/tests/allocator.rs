@@ -2,7 +2,8 @@
 //! `PROOFKIT_ALLOCATOR`, and a clear error for an unknown value.
 use std::process::Command;
 
-fn state_bench(allocator: Option<&str>) -> std::process::Output {
+/// A short state bench with `env` set (and no allocator settings inherited).
+fn state_bench(env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_proofkit"));
     cmd.args([
         "state",
@@ -13,10 +14,9 @@ fn state_bench(allocator: Option<&str>) -> std::process::Output {
         "10",
     ])
     .args(["--rows", "1", "--json"])
-    .env_remove("PROOFKIT_ALLOCATOR");
-    if let Some(a) = allocator {
-        cmd.env("PROOFKIT_ALLOCATOR", a);
-    }
+    .env_remove("PROOFKIT_ALLOCATOR")
+    .env_remove("MIMALLOC_PURGE_DELAY")
+    .envs(env.iter().copied());
     cmd.output().expect("run proofkit")
 }
 
@@ -35,14 +35,15 @@ fn allocator_of(out: &std::process::Output) -> String {
 
 #[test]
 fn state_runs_on_mimalloc_unless_told_otherwise() {
-    assert_eq!(allocator_of(&state_bench(None)), "mimalloc");
-    assert_eq!(allocator_of(&state_bench(Some("system"))), "system");
-    assert_eq!(allocator_of(&state_bench(Some("mimalloc"))), "mimalloc");
+    let with = |a| state_bench(&[("PROOFKIT_ALLOCATOR", a)]);
+    assert_eq!(allocator_of(&state_bench(&[])), "mimalloc");
+    assert_eq!(allocator_of(&with("system")), "system");
+    assert_eq!(allocator_of(&with("mimalloc")), "mimalloc");
 }
 
 #[test]
 fn an_unknown_allocator_is_refused() {
-    let out = state_bench(Some("jemalloc"));
+    let out = state_bench(&[("PROOFKIT_ALLOCATOR", "jemalloc")]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -57,23 +58,12 @@ fn an_unknown_allocator_is_refused() {
 #[test]
 fn mimalloc_runs_with_purging_off() {
     let purge_delay = |env: &[(&str, &str)]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_proofkit"));
-        cmd.args([
-            "state",
-            "bench",
-            "--blocks",
-            "1",
-            "--accounts-per-block",
-            "1",
-        ])
-        .args(["--rows", "1", "--json"])
-        .env_remove("PROOFKIT_ALLOCATOR")
-        .env_remove("MIMALLOC_PURGE_DELAY")
-        .env("MIMALLOC_VERBOSE", "1");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().expect("run proofkit");
+        let env: Vec<_> = [("MIMALLOC_VERBOSE", "1")]
+            .iter()
+            .chain(env)
+            .copied()
+            .collect();
+        let out = state_bench(&env);
         assert!(out.status.success());
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         err.lines()

@@ -279,16 +279,13 @@ impl LargeBuffer {
         // SAFETY: as above, exclusive through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u32, self.len / 4) }
     }
-}
 
-impl LargeBuffer {
     /// Puts the part of a transparent-huge-page buffer from the 2 MiB page holding `offset` on
     /// 4 KiB pages (the pages wholly before `offset` stay huge); to be called before that part
-    /// is touched. A buffer used to
-    /// an extent known only as it is filled then holds the 4 KiB pages touched past `offset`
-    /// instead of whole 2 MiB pages (Equihash `em`'s pool left a third of its last huge page
-    /// unused). Returns whether the advice was taken: false for other kinds of pages, an
-    /// offset past the end, or a kernel that refuses.
+    /// is touched. A buffer used to an extent known only as it is filled then holds the 4 KiB
+    /// pages touched past `offset` instead of whole 2 MiB pages (Equihash `em`'s pool left a
+    /// third of its last huge page unused). Returns whether the advice was taken: false for
+    /// other kinds of pages, an offset past the end, or a kernel that refuses.
     pub fn small_pages_from(&mut self, offset: usize) -> bool {
         let from = offset / HUGE_PAGE * HUGE_PAGE;
         if self.kind != PageKind::Transparent2M || from >= self.len {
