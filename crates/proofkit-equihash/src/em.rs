@@ -6,14 +6,19 @@
 //! Only rows are in memory, and only those of the layer being consumed and of the layer being
 //! produced: a bucket's rows are copied out and its chunks freed before its pairs are merged,
 //! so the two layers together hold about one layer's rows at any time. Rows live in chunks of
-//! one pool; a bucket is a list of chunks (linked through their last 4 bytes) filled in slot
-//! order, and freed chunks go on a LIFO list kept in the chunks themselves, so the memory
-//! touched is the most rows ever alive plus one partly filled chunk per bucket. Rows are
+//! one pool; a bucket is a list of segments filled in slot order ([`Layer`]: a head in a
+//! chunk shared with the neighbouring bucket, full chunks linked through their last 4 bytes,
+//! and once the layer is complete a tail packed with other buckets' tails), and freed chunks
+//! go on a LIFO list kept in the chunks themselves, so the memory touched is the most rows
+//! ever alive plus about half a chunk per list (the lists being at different points of
+//! their chunks). Rows are
 //! byte-packed: for (200,9) 26 bytes at layers 0 and 1 (layer 0 keeps only the low 16 bits
 //! of the string index), so the 2^21 rows of a layer take 52 MiB.
 //!
 //! ```text
 //!  pool:   | chunk | chunk | ... |   chunk: rows, then 4 bytes (link to the bucket's next chunk)
+//!  heads:  | bucket 2p's rows 0..x | (empty) | bucket 2p+1's rows | (link unused) |
+//!  pack:   | tail of b | tail of b+1 ... | link |  | ... tail of b+5 | ... |
 //!  row of layer r: | hash bits [r*c + B, n), big-endian, ceil(bits/8) bytes | tree, tb bytes LE |
 //!  tree:   layer 0: the low B + 6 bits of the string index (16 for (200,9), 24 for (144,5));
 //!          layer r >= 1: bucket of the pair at layer r-1 << P | pair(slot a, slot b),
@@ -167,6 +172,9 @@ impl Trees {
 pub(crate) struct EmSpace {
     pool: LargeBuffer,
     trees: Trees,
+    /// Chunks of the pool the last solve's first pass touched (its extent, to a batch of
+    /// fresh chunks per thread).
+    chunks: u32,
 }
 
 /// Row geometry of each layer.
@@ -305,6 +313,9 @@ struct Alloc<'b> {
     cap: u32,
     /// Bytes per chunk.
     chunk: usize,
+    /// Chunks freed during a step that another thread may still read: returned to the free
+    /// list once the step is over ([`Layer::free`]).
+    deferred: Vec<u32>,
 }
 
 /// Fresh chunks a thread takes at once: at most this many per thread are left untouched
@@ -339,53 +350,128 @@ impl Alloc<'_> {
 }
 
 /// One thread's lists of a layer's buckets (the bucket's rows are the lists of the threads
-/// in thread order). A bucket's chunks form a list linked through their last 4 bytes
-/// (written when the next chunk is taken, after the chunk's last row), so that the lists
-/// cost no memory beyond the pool (per-bucket vectors of chunk ids were ~0.6 MB of heap).
+/// in thread order). A list's rows lie in three kinds of segment, in slot order:
+///
+/// * its **head**: the first rows, in a chunk shared with the list of the neighbouring
+///   bucket (buckets `2p` and `2p + 1` split a chunk at a row that varies with `p`, see
+///   [`head_of`]);
+/// * full **regular** chunks, linked through their last 4 bytes (written when the next
+///   chunk is taken, after the chunk's last row);
+/// * once the layer is complete, its **tail**: the rows of its last, partly filled chunk,
+///   moved by [`compact`] into a pack of chunks shared by the tails of consecutive buckets.
+///
+/// Why: every list holds a partly filled chunk while it grows, half a chunk on average if
+/// the lists are at different points of their chunks, but lists that start together fill
+/// their chunks together, so at the start of a step all (200,9)'s 1,024 output lists held an
+/// empty chunk at once (+900 chunks over the layer's rows, 0.9 MiB, the peak of `em`'s
+/// pool), beside the input's 1,024 partly filled last chunks. Heads of different sizes put
+/// the lists at different points from the start, and packed tails leave a complete layer
+/// without empty space. The lists cost no memory beyond the pool apart from these vectors
+/// (per-bucket vectors of chunk ids were ~0.6 MB of heap).
 struct Layer {
-    /// First chunk and number of chunks of each bucket.
-    head: Vec<u32>,
+    /// Byte offset of each list's head segment (`NO_AT`: no row yet) and the rows it holds.
+    hstart: Vec<u32>,
+    hcap: Vec<u32>,
+    /// First regular chunk and number of regular chunks of each list.
+    first: Vec<u32>,
     nchunks: Vec<u32>,
+    /// The chunk holding the heads of each pair of lists ([`head_of`]), `NO_CHUNK` until the
+    /// first of them has a row.
+    pair: Vec<u32>,
     /// Rows per bucket, set by [`Layer::count`] once the layer is complete.
     counts: Vec<u32>,
-    /// Byte offset of the next row of each bucket, and the end of its last chunk's rows
-    /// (equal when a new chunk is needed).
+    /// Byte offset of the next row of each bucket, and the end of its current segment
+    /// (equal when a new segment is needed).
     at: Vec<u32>,
     end: Vec<u32>,
+    /// Byte offset of each list's tail in the pack (`NO_AT`: none), and whether the tail's
+    /// last pack chunk goes free with it (else the next tail in the pack frees it).
+    tail: Vec<u32>,
+    tail_closes: Vec<bool>,
     /// Layer 0: the first string index of each list.
     base: Vec<u32>,
+}
+
+/// No row (a list without a head yet, or without a tail).
+const NO_AT: u32 = u32::MAX;
+
+/// Where the head of bucket `b`'s list goes: `(pair, first row, rows)`. Buckets `2p` and
+/// `2p + 1` share chunk `pair[p]`: rows `0..x_p` and `x_p + 1..rpc`, with `x_p` spread over
+/// `1..rpc - 1` by a hash of `p` so that the lists reach the ends of their chunks at
+/// different times. Row `x_p` stays empty: the writes of a row may run 4 bytes past it
+/// (`Geo`), which must not reach the other list's rows. A bucket without a partner (the
+/// last of an odd number), or chunks of under three rows, take a chunk alone.
+#[inline]
+fn head_of(b: usize, nb: usize, rpc: usize) -> (usize, usize, usize) {
+    if rpc < 3 {
+        return (b, 0, rpc);
+    }
+    let p = b / 2;
+    if b == nb - 1 && b.is_multiple_of(2) {
+        return (p, 0, rpc);
+    }
+    let x = 1 + (p as u32).wrapping_mul(0x9e37_79b9).rotate_right(16) as usize % (rpc - 2);
+    if b.is_multiple_of(2) {
+        (p, 0, x)
+    } else {
+        (p, x + 1, rpc - x - 1)
+    }
+}
+
+/// The bucket whose consumption frees the chunk of `b`'s head, and the first bucket of the
+/// pair (see [`head_of`]).
+#[inline]
+fn pair_span(b: usize, nb: usize, rpc: usize) -> (usize, usize) {
+    if rpc < 3 || (b == nb - 1 && b.is_multiple_of(2)) {
+        (b, b)
+    } else {
+        (b | 1, b & !1)
+    }
 }
 
 impl Layer {
     fn new(nb: usize) -> Self {
         Layer {
-            head: vec![NO_CHUNK; nb],
+            hstart: vec![NO_AT; nb],
+            hcap: vec![0; nb],
+            first: vec![NO_CHUNK; nb],
             nchunks: vec![0; nb],
+            pair: vec![NO_CHUNK; nb],
             counts: vec![0; nb],
             at: vec![0; nb],
             end: vec![0; nb],
+            tail: vec![NO_AT; nb],
+            tail_closes: vec![false; nb],
             base: vec![0; nb],
         }
     }
 
     /// Empties every bucket (its chunks must have been freed).
     fn clear(&mut self) {
-        self.head.fill(NO_CHUNK);
+        self.hstart.fill(NO_AT);
+        self.first.fill(NO_CHUNK);
         self.nchunks.fill(0);
+        self.pair.fill(NO_CHUNK);
         self.at.fill(0);
         self.end.fill(0);
+        self.tail.fill(NO_AT);
+        self.tail_closes.fill(false);
     }
 
-    /// Sets the row counts from the chunks once the lists are written.
+    /// Sets the row counts from the segments once the lists are written.
     fn count(&mut self, stride: usize, rpc: usize, chunk: usize) {
-        for b in 0..self.head.len() {
-            let n = match self.nchunks[b] as usize {
-                0 => 0,
-                k => {
-                    // The last chunk holds at least one row, so `at - 1` lies inside it.
-                    let last = (self.at[b] as usize - 1) / chunk;
-                    (k - 1) * rpc + (self.at[b] as usize - last * chunk) / stride
-                }
+        for b in 0..self.hstart.len() {
+            let at = self.at[b] as usize;
+            let n = if self.hstart[b] == NO_AT {
+                0
+            } else if self.nchunks[b] == 0 {
+                (at - self.hstart[b] as usize) / stride
+            } else {
+                // The last chunk holds at least one row, so `at - 1` lies inside it.
+                let last = (at - 1) / chunk;
+                self.hcap[b] as usize
+                    + (self.nchunks[b] as usize - 1) * rpc
+                    + (at - last * chunk) / stride
             };
             self.counts[b] = n as u32;
         }
@@ -401,39 +487,112 @@ impl Layer {
         stride: usize,
         rpc: usize,
     ) -> Option<usize> {
-        let mut at = self.at[b];
+        let at = self.at[b];
         if at == self.end[b] {
-            let c = alloc.take(mem)?;
-            if self.nchunks[b] == 0 {
-                self.head[b] = c;
-            } else {
-                let last = (at as usize - 1) / alloc.chunk;
-                write_u32(mem.bytes_mut(last * alloc.chunk + alloc.chunk - 4, 4), 0, c);
-            }
-            self.nchunks[b] += 1;
-            at = c * alloc.chunk as u32;
-            self.end[b] = at + (rpc * stride) as u32;
+            return self.open(alloc, mem, b, stride, rpc);
         }
         self.at[b] = at + stride as u32;
         Some(at as usize)
     }
 
-    /// Returns the chunks of bucket `b` to `alloc`'s free list (the list stays as it is
-    /// until [`Layer::clear`]: it is not read again).
-    fn free(&self, alloc: &mut Alloc, mem: &mut PoolRef, b: usize) {
-        let mut c = self.head[b];
+    /// [`Layer::place`] at the end of a segment: the head, else a new regular chunk.
+    #[inline(never)]
+    fn open(
+        &mut self,
+        alloc: &mut Alloc,
+        mem: &mut PoolRef,
+        b: usize,
+        stride: usize,
+        rpc: usize,
+    ) -> Option<usize> {
+        let cb = alloc.chunk;
+        if self.hstart[b] == NO_AT {
+            let (p, row0, cap) = head_of(b, self.hstart.len(), rpc);
+            if self.pair[p] == NO_CHUNK {
+                self.pair[p] = alloc.take(mem)?;
+            }
+            let at = (self.pair[p] as usize * cb + row0 * stride) as u32;
+            self.hstart[b] = at;
+            self.hcap[b] = cap as u32;
+            self.end[b] = at + (cap * stride) as u32;
+            self.at[b] = at + stride as u32;
+            return Some(at as usize);
+        }
+        let c = alloc.take(mem)?;
+        if self.nchunks[b] == 0 {
+            self.first[b] = c;
+        } else {
+            let last = (self.at[b] as usize - 1) / cb;
+            write_u32(mem.bytes_mut(last * cb + cb - 4, 4), 0, c);
+        }
+        self.nchunks[b] += 1;
+        let at = c * cb as u32;
+        self.end[b] = at + (rpc * stride) as u32;
+        self.at[b] = at + stride as u32;
+        Some(at as usize)
+    }
+
+    /// Returns the chunks of bucket `b` to `alloc`'s free list once its rows are copied out
+    /// (the lists stay as they are until [`Layer::clear`]: they are not read again): its
+    /// regular chunks, the pack chunks its tail closes, and the chunk of its pair's heads if
+    /// `b` is the pair's last bucket. That chunk goes to `alloc.deferred` instead when the
+    /// pair's first bucket is another thread's (before `buckets.start`), which may still read it.
+    #[allow(clippy::too_many_arguments)]
+    fn free(
+        &self,
+        alloc: &mut Alloc,
+        mem: &mut PoolRef,
+        b: usize,
+        stride: usize,
+        rpc: usize,
+        from: usize,
+    ) {
+        let cb = alloc.chunk;
+        let mut c = self.first[b];
         for i in 0..self.nchunks[b] {
             let next = if i + 1 < self.nchunks[b] {
-                read_u32(mem.bytes(c as usize * alloc.chunk + alloc.chunk - 4, 4), 0)
+                read_u32(mem.bytes(c as usize * cb + cb - 4, 4), 0)
             } else {
                 NO_CHUNK
             };
             alloc.give(mem, c);
             c = next;
         }
+        if self.tail[b] != NO_AT {
+            let n =
+                self.counts[b] as usize - self.hcap[b] as usize - self.nchunks[b] as usize * rpc;
+            let mut c = self.tail[b] as usize / cb;
+            // Rows of the tail past the start of its first pack chunk.
+            let mut rows = n + (self.tail[b] as usize - c * cb) / stride;
+            loop {
+                let more = rows > rpc;
+                let next = if more {
+                    read_u32(mem.bytes(c * cb + cb - 4, 4), 0) as usize
+                } else {
+                    usize::MAX
+                };
+                if more || self.tail_closes[b] {
+                    alloc.give(mem, c as u32);
+                }
+                if !more {
+                    break;
+                }
+                rows -= rpc;
+                c = next;
+            }
+        }
+        let nb = self.hstart.len();
+        let (last, first) = pair_span(b, nb, rpc);
+        let p = head_of(b, nb, rpc).0;
+        if b == last && self.pair[p] != NO_CHUNK {
+            if first >= from {
+                alloc.give(mem, self.pair[p]);
+            } else {
+                alloc.deferred.push(self.pair[p]);
+            }
+        }
     }
 }
-
 /// Rows of each bucket in all the threads' lists; false when one holds more rows than the
 /// `ids` slot ids that pair codes (and chain tables) can name.
 fn bucket_rows(lists: &[Layer], ids: usize) -> (Vec<u32>, bool) {
@@ -702,6 +861,7 @@ pub(crate) fn solve(
             EmSpace {
                 pool,
                 trees: Trees::new(store, tree_bytes)?,
+                chunks: 0,
             }
         }
     };
@@ -764,6 +924,8 @@ struct PassOut {
     cands: Vec<Candidate>,
     /// `Pass::Pick`: the trees at the wanted positions, in their order.
     picked: Vec<u64>,
+    /// Chunks taken from the bump counter: the pool's extent.
+    chunks: u32,
 }
 
 fn run(
@@ -775,11 +937,16 @@ fn run(
     threads: usize,
     height: usize,
 ) -> io::Result<Option<Found>> {
-    let EmSpace { pool, trees } = space;
+    let EmSpace {
+        pool,
+        trees,
+        chunks,
+    } = space;
     let pass = Pass::Solve { height };
     let Some(out) = layers(gen, plan, geo, pool, Some(trees), cap, threads, pass)? else {
         return Ok(None);
     };
+    *chunks = out.chunks;
     let book = Book {
         plan,
         geo,
@@ -834,6 +1001,7 @@ fn layers(
             bump: &bump,
             cap,
             chunk: geo.chunk,
+            deferred: Vec::new(),
         })
         .collect();
     let mut cur: Vec<Layer> = (0..threads).map(|_| Layer::new(nb)).collect();
@@ -854,8 +1022,10 @@ fn layers(
         prefixes: Vec::with_capacity(k),
         cands: Vec::new(),
         picked: Vec::new(),
+        chunks: 0,
     };
     let mut start = 0u64;
+    let mut pack_buf = Vec::new();
     let last = match pass {
         Pass::Solve { .. } => k - 1,
         Pass::Pick { layer, .. } => layer,
@@ -877,6 +1047,23 @@ fn layers(
         let pre = prefix(&counts);
         out.rows.push(pre[nb] as usize);
         let (ranges, cuts) = tree_parts(&pre, geo.ftb[r], threads);
+        let walking = Walking {
+            stride: geo.stride[r],
+            rpc: geo.rpc[r],
+            chunk: geo.chunk,
+        };
+        if compact(
+            &mut cur,
+            &mut views,
+            &mut allocs,
+            &ranges,
+            &walking,
+            &mut pack_buf,
+        )
+        .is_none()
+        {
+            return Ok(None);
+        }
         out.starts.push(start);
         let sinks: Vec<Sink> = match (pass, trees.as_deref_mut()) {
             (Pass::Solve { height }, Some(trees)) if r >= height && r + 1 < k => {
@@ -943,6 +1130,12 @@ fn layers(
                 }
                 out.picked.extend(picked);
             }
+            // Heads shared with another thread's bucket, now read by both.
+            for (alloc, view) in allocs.iter_mut().zip(&mut views) {
+                for c in std::mem::take(&mut alloc.deferred) {
+                    alloc.give(view, c);
+                }
+            }
         } else {
             // The last layer's trees are not stored: the final step reads those of its
             // candidates from their rows.
@@ -959,6 +1152,7 @@ fn layers(
             std::mem::swap(&mut cur, &mut next);
         }
     }
+    out.chunks = bump.load(Ordering::Relaxed).min(cap);
     Ok(Some(out))
 }
 
@@ -1120,18 +1314,31 @@ fn fill_layer0_with<const BB: u32, const HW: usize, const SPEC: bool, K: RowKern
         }};
     }
     if SPEC && HW >= 1 && HW < MAX_WORDS {
-        return for_each_string_bytes(gen, blocks, |index, bytes| {
-            let (row, b) = kern.string_row::<HW>(bytes, mask);
-            put!(index, b, |dst: &mut [u8]| kern.store_be::<HW>(dst, row))
-        });
+        return for_each_string_bytes(
+            gen,
+            blocks,
+            #[inline(always)]
+            |index, bytes| {
+                let (row, b) = kern.string_row::<HW>(bytes, mask);
+                put!(index, b, |dst: &mut [u8]| kern.store_be::<HW>(dst, row))
+            },
+        );
     }
-    for_each_string(gen, blocks, bb, hw, mask, |index, b, words| {
-        put!(index, b, |dst: &mut [u8]| {
-            for w in 0..hw {
-                dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
-            }
-        })
-    })
+    for_each_string(
+        gen,
+        blocks,
+        bb,
+        hw,
+        mask,
+        #[inline(always)]
+        |index, b, words| {
+            put!(index, b, |dst: &mut [u8]| {
+                for w in 0..hw {
+                    dst[4 * w..4 * w + 4].copy_from_slice(&words[w].to_be_bytes());
+                }
+            })
+        },
+    )
 }
 
 /// The `W` hash words at the start of `row` (the last one with the tree's bytes in its low
@@ -1146,51 +1353,143 @@ fn load<const W: usize>(row: &[u8]) -> [u32; W] {
     x
 }
 
+/// A run of a list's rows in one chunk: rows `row0..row0 + rows` of the chunk at byte `base`.
+#[derive(Clone, Copy)]
+struct Seg {
+    base: usize,
+    row0: usize,
+    rows: usize,
+}
+
+/// Walks the segments of one list (see [`Layer`]) in slot order. A chunk's link is read
+/// only when the walk moves past the chunk, so a walker that asked for the chunk's lines
+/// first does not wait on it.
+#[derive(Clone, Copy)]
+struct ListWalk {
+    b: usize,
+    /// Rows not yet walked.
+    left: usize,
+    /// 0: the head is next; 1: regular chunks; 2: the tail.
+    stage: u8,
+    /// Regular chunks walked.
+    done: u32,
+    /// The chunk of the last segment walked (whose link leads on).
+    last: usize,
+}
+
+impl ListWalk {
+    fn new(lay: &Layer, b: usize) -> Self {
+        ListWalk {
+            b,
+            left: lay.counts[b] as usize,
+            stage: 0,
+            done: 0,
+            last: 0,
+        }
+    }
+
+    /// The next segment and the walk after it.
+    #[inline(always)]
+    fn peek(&self, mem: &PoolRef, lay: &Layer, g: &Walking) -> Option<(Seg, ListWalk)> {
+        if self.left == 0 {
+            return None;
+        }
+        let (b, cb) = (self.b, g.chunk);
+        let mut w = *self;
+        let link = |c: usize| read_u32(mem.bytes(c * cb + cb - 4, 4), 0) as usize;
+        // The chunk, its first row of the list, and the row past the segment's room.
+        let (c, row0, end) = loop {
+            match w.stage {
+                0 => {
+                    w.stage = 1;
+                    let at = lay.hstart[b] as usize;
+                    if lay.hstart[b] != NO_AT {
+                        let c = at / cb;
+                        let row0 = (at - c * cb) / g.stride;
+                        break (c, row0, row0 + lay.hcap[b] as usize);
+                    }
+                }
+                1 if w.done < lay.nchunks[b] => {
+                    let c = if w.done == 0 {
+                        lay.first[b] as usize
+                    } else {
+                        link(w.last)
+                    };
+                    w.done += 1;
+                    break (c, 0, g.rpc);
+                }
+                1 => {
+                    w.stage = 2;
+                    let at = lay.tail[b] as usize;
+                    let c = at / cb;
+                    break (c, (at - c * cb) / g.stride, g.rpc);
+                }
+                _ => break (link(w.last), 0, g.rpc),
+            }
+        };
+        let rows = w.left.min(end - row0);
+        w.left -= rows;
+        w.last = c;
+        Some((
+            Seg {
+                base: c * cb,
+                row0,
+                rows,
+            },
+            w,
+        ))
+    }
+
+    #[inline(always)]
+    fn next(&mut self, mem: &PoolRef, lay: &Layer, g: &Walking) -> Option<Seg> {
+        let (s, w) = self.peek(mem, lay, g)?;
+        *self = w;
+        Some(s)
+    }
+}
+
+/// A layer's row geometry, as the walks need it.
+#[derive(Clone, Copy)]
+struct Walking {
+    stride: usize,
+    rpc: usize,
+    chunk: usize,
+}
+
 /// Visits the rows of bucket `b` in list `lay` in slot order: `f(slot id, byte offset,
 /// bytes)`, slot ids from `id0`, the bytes from the row's start to 4 bytes past its end
 /// (still in its chunk, see `Geo`).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn for_rows(
     mem: &PoolRef,
     lay: &Layer,
     b: usize,
-    stride: usize,
-    rpc: usize,
-    chunk_bytes: usize,
+    g: &Walking,
     id0: usize,
     mut f: impl FnMut(usize, usize, &[u8]),
 ) {
-    let count = lay.counts[b] as usize;
-    let mut id = 0;
-    let mut ch = lay.head[b] as usize;
-    for i in 0..lay.nchunks[b] as usize {
-        let base = ch * chunk_bytes;
-        let chunk = mem.bytes(base, chunk_bytes);
-        let next = if i + 1 < lay.nchunks[b] as usize {
-            read_u32(chunk, chunk_bytes - 4) as usize
-        } else {
-            usize::MAX
-        };
+    let stride = g.stride;
+    let mut id = id0;
+    let mut walk = ListWalk::new(lay, b);
+    while let Some(s) = walk.next(mem, lay, g) {
+        let chunk = mem.bytes(s.base, g.chunk);
         // The chunks of a bucket are scattered, so the hardware prefetchers lose the stream
         // at each chunk's end: ask for the next chunk's lines now. `Lookahead` has usually
         // brought them to L2 already (these requests then cost little); this covers a
         // thread's first bucket and buckets whose predecessor had too few pairs to walk them.
-        if next != usize::MAX {
-            for line in (0..chunk_bytes + 63).step_by(64) {
-                mem.prefetch(next * chunk_bytes + line);
+        if let Some((next, _)) = walk.peek(mem, lay, g) {
+            for line in (0..g.chunk + 63).step_by(64) {
+                mem.prefetch(next.base + line);
             }
         }
-        let here = (count - id).min(rpc);
-        for j in 0..here {
+        for j in s.row0..s.row0 + s.rows {
             f(
-                id0 + id + j,
-                base + j * stride,
+                id,
+                s.base + j * stride,
                 &chunk[j * stride..j * stride + stride + 4],
             );
+            id += 1;
         }
-        id += here;
-        ch = next;
     }
 }
 
@@ -1201,56 +1500,59 @@ fn for_rows(
 /// step's time). The chunk lists are linked, so a chunk's last line (its link) is asked for
 /// first and read once the chunk's other lines are on their way.
 struct Lookahead {
-    /// The bucket fetched.
-    bucket: usize,
-    /// The bucket's list being walked, its chunk (`NO_CHUNK`: done) and chunks left in it.
+    /// The list being walked (`lists.len()`: done), its walk and the chunk being fetched.
     list: usize,
-    chunk: u32,
-    left: u32,
+    walk: ListWalk,
+    base: usize,
     /// The next line of the chunk to ask for (0: the link's line).
     line: usize,
 }
 
 impl Lookahead {
     /// For the bucket after `b` in `lists`, if `buckets` (this thread's) has one.
-    fn after(lists: &[Layer], b: usize, buckets: &Range<usize>) -> Self {
+    fn after(
+        mem: &PoolRef,
+        lists: &[Layer],
+        b: usize,
+        buckets: &Range<usize>,
+        g: &Walking,
+    ) -> Self {
         let mut w = Lookahead {
-            bucket: b + 1,
-            list: 0,
-            chunk: NO_CHUNK,
-            left: 0,
+            list: lists.len(),
+            walk: ListWalk::new(&lists[0], b),
+            base: 0,
             line: 0,
         };
-        if w.bucket < buckets.end {
-            w.enter(lists);
+        if b + 1 < buckets.end {
+            w.list = 0;
+            w.walk = ListWalk::new(&lists[0], b + 1);
+            w.enter(mem, lists, g);
         }
         w
     }
 
-    /// Moves to the first list from `self.list` on that has chunks of the bucket.
-    fn enter(&mut self, lists: &[Layer]) {
-        let b = self.bucket;
+    /// Moves to the next segment of the bucket's lists, from the current list on.
+    fn enter(&mut self, mem: &PoolRef, lists: &[Layer], g: &Walking) {
+        let b = self.walk.b;
         while let Some(l) = lists.get(self.list) {
-            if l.nchunks[b] > 0 {
-                self.chunk = l.head[b];
-                self.left = l.nchunks[b];
+            if let Some(s) = self.walk.next(mem, l, g) {
+                self.base = s.base;
                 self.line = 0;
                 return;
             }
             self.list += 1;
+            self.walk = ListWalk::new(lists.get(self.list).unwrap_or(l), b);
         }
-        self.chunk = NO_CHUNK;
     }
 
     /// Asks for the bucket's next line.
     #[inline(always)]
-    fn advance(&mut self, mem: &PoolRef, lists: &[Layer], chunk_bytes: usize) {
-        if self.chunk == NO_CHUNK {
+    fn advance(&mut self, mem: &PoolRef, lists: &[Layer], g: &Walking) {
+        if self.list >= lists.len() {
             return;
         }
-        let base = self.chunk as usize * chunk_bytes;
-        let first = base & !63;
-        let last = (base + chunk_bytes - 1) & !63;
+        let first = self.base & !63;
+        let last = (self.base + g.chunk - 1) & !63;
         let line = if self.line == 0 {
             last
         } else {
@@ -1259,16 +1561,72 @@ impl Lookahead {
         mem.prefetch_l2(line);
         self.line += 1;
         if first + 64 * (self.line - 1) >= last {
-            self.left -= 1;
-            self.line = 0;
-            if self.left > 0 {
-                self.chunk = read_u32(mem.bytes(base + chunk_bytes - 4, 4), 0);
-            } else {
-                self.list += 1;
-                self.enter(lists);
-            }
+            self.enter(mem, lists, g);
         }
     }
+}
+
+/// Moves the rows of each list's last, partly filled regular chunk into packs of chunks
+/// (one pack per thread's range of buckets `ranges`, in bucket and list order, the chunks
+/// taken from and the old ones given to that thread's allocator), so that a complete layer
+/// holds no empty space but the end of each pack (see [`Layer`]). A pack chunk goes free
+/// with the last tail that has rows in it, and a thread's pack is read and freed only by
+/// that thread, which consumes those buckets.
+fn compact(
+    lists: &mut [Layer],
+    views: &mut [PoolRef],
+    allocs: &mut [Alloc],
+    ranges: &[Range<usize>],
+    g: &Walking,
+    buf: &mut Vec<u8>,
+) -> Option<()> {
+    let (stride, rpc, cb) = (g.stride, g.rpc, g.chunk);
+    for (k, buckets) in ranges.iter().enumerate() {
+        let (mem, alloc) = (&mut views[k], &mut allocs[k]);
+        // The pack chunk being filled and its rows; the list whose tail was put last.
+        let (mut pc, mut prow) = (NO_CHUNK as usize, rpc);
+        let mut last_tail = None;
+        for b in buckets.clone() {
+            for (t, lay) in lists.iter_mut().enumerate() {
+                let n = lay.counts[b] as usize;
+                let k_reg = lay.nchunks[b] as usize;
+                if k_reg == 0 {
+                    continue;
+                }
+                let m = n - lay.hcap[b] as usize - (k_reg - 1) * rpc;
+                if m == rpc {
+                    continue;
+                }
+                let old = (lay.at[b] as usize - 1) / cb;
+                buf.clear();
+                buf.extend_from_slice(mem.bytes(old * cb, m * stride));
+                for (j, row) in buf.chunks_exact(stride).enumerate() {
+                    if prow == rpc {
+                        let c = alloc.take(mem)? as usize;
+                        if pc != NO_CHUNK as usize {
+                            write_u32(mem.bytes_mut(pc * cb + cb - 4, 4), 0, c as u32);
+                        }
+                        (pc, prow) = (c, 0);
+                    }
+                    if j == 0 {
+                        lay.tail[b] = (pc * cb + prow * stride) as u32;
+                    }
+                    mem.bytes_mut(pc * cb + prow * stride, stride)
+                        .copy_from_slice(row);
+                    prow += 1;
+                }
+                lay.tail_closes[b] = prow == rpc;
+                lay.nchunks[b] -= 1;
+                alloc.give(mem, old as u32);
+                last_tail = Some((t, b));
+            }
+        }
+        // The range's last pack chunk goes with its last tail.
+        if let Some((t, b)) = last_tail {
+            lists[t].tail_closes[b] = true;
+        }
+    }
+    Some(())
 }
 
 type StepFn = fn(StepJob) -> io::Result<bool>;
@@ -1463,6 +1821,11 @@ fn merge_with<
         },
     );
     let tree_mask = byte_mask(ftb);
+    let walking = Walking {
+        stride: si,
+        rpc: rpci,
+        chunk: geo.chunk,
+    };
     let Work {
         chains,
         pairs,
@@ -1492,33 +1855,41 @@ fn merge_with<
         let mut put = 0;
         for lay in cur {
             let mut index = lay.base[b];
-            for_rows(mem, lay, b, si, rpci, geo.chunk, id0, |id, _, row| {
-                let tree = if r == 0 {
-                    let low = read_u32(row, hbi);
-                    index = index.wrapping_add(low.wrapping_sub(index) & low_mask);
-                    index as u64
-                } else {
-                    read_tree(row, hbi, tbi) & tree_mask
-                };
-                room[put..put + 8].copy_from_slice(&tree.to_le_bytes());
-                put += ftb;
-                let (x, x0) = kern.load_be::<WI>(row, mask);
-                kern.store_words::<WI>(&mut rows[id * WI..id * WI + WI], x);
-                let key = (x0 >> (32 - rb)) as usize;
-                let q0 = chains.push_id(key, id as u16);
-                list_partners(chains, q0, id as u32, pairs, &mut np);
-            });
+            for_rows(
+                mem,
+                lay,
+                b,
+                &walking,
+                id0,
+                #[inline(always)]
+                |id, _, row| {
+                    let tree = if r == 0 {
+                        let low = read_u32(row, hbi);
+                        index = index.wrapping_add(low.wrapping_sub(index) & low_mask);
+                        index as u64
+                    } else {
+                        read_tree(row, hbi, tbi) & tree_mask
+                    };
+                    room[put..put + 8].copy_from_slice(&tree.to_le_bytes());
+                    put += ftb;
+                    let (x, x0) = kern.load_be::<WI>(row, mask);
+                    kern.store_words::<WI>(&mut rows[id * WI..id * WI + WI], x);
+                    let key = (x0 >> (32 - rb)) as usize;
+                    let q0 = chains.push_id(key, id as u16);
+                    list_partners(chains, q0, id as u32, pairs, &mut np);
+                },
+            );
             id0 += lay.counts[b] as usize;
         }
         trees.advance(put);
         // The bucket is copied: its chunks (still in cache) take the next layer's rows.
         for lay in cur {
-            lay.free(alloc, mem, b);
+            lay.free(alloc, mem, b, si, rpci, buckets.start);
         }
         // Phase 2: merge every listed pair, fetching the next bucket's rows meanwhile.
-        let mut ahead = Lookahead::after(cur, b, &buckets);
+        let mut ahead = Lookahead::after(mem, cur, b, &buckets, &walking);
         for &p in &pairs[..np] {
-            ahead.advance(mem, cur, geo.chunk);
+            ahead.advance(mem, cur, &walking);
             let (qi, id) = ((p >> 16) as usize, (p & 0xffff) as usize);
             let rowa = &rows[qi * WI..qi * WI + WI];
             let rowb = &rows[id * WI..id * WI + WI];
@@ -1586,6 +1957,11 @@ fn final_merge<const W: usize>(
     // As in `fast`: a branch-free count of each bucket's rows per value of their leading
     // `fb` bits; only rows whose value is shared go through the chains.
     let fb = (rb + 5).min(plan.c + rb).min(16);
+    let walking = Walking {
+        stride: si,
+        rpc,
+        chunk: geo.chunk,
+    };
     let Work {
         chains,
         seen,
@@ -1608,17 +1984,25 @@ fn final_merge<const W: usize>(
         items.clear();
         let mut id0 = 0;
         for lay in cur {
-            for_rows(mem, lay, b, si, rpc, geo.chunk, id0, |_, at, _| {
-                items.push(at as u32);
-                let f = filter(at);
-                seen[f] = seen[f].saturating_add(1);
-            });
+            for_rows(
+                mem,
+                lay,
+                b,
+                &walking,
+                id0,
+                #[inline(always)]
+                |_, at, _| {
+                    items.push(at as u32);
+                    let f = filter(at);
+                    seen[f] = seen[f].saturating_add(1);
+                },
+            );
             id0 += lay.counts[b] as usize;
         }
         // Meanwhile the next bucket's rows are fetched (as in `merge_with`).
-        let mut ahead = Lookahead::after(cur, b, &buckets);
+        let mut ahead = Lookahead::after(mem, cur, b, &buckets, &walking);
         for (id, &at) in items.iter().enumerate() {
-            ahead.advance(mem, cur, geo.chunk);
+            ahead.advance(mem, cur, &walking);
             let at = at as usize;
             if seen[filter(at)] < 2 {
                 continue;
@@ -1995,6 +2379,84 @@ mod tests {
         for r in 0..9 {
             assert!(g.hb[r] + 4 <= 4 * plan.hw[r] + 4 && 4 * plan.hw[r] <= g.stride[r]);
             assert!(g.rpc[r] * g.stride[r] + 4 <= g.chunk);
+        }
+    }
+
+    /// Each pair of lists splits its head chunk with an empty row between the two heads
+    /// (writes may run 4 bytes past a row), at points spread over the chunk; lone buckets
+    /// and chunks of under three rows take a chunk alone; the pair's chunk goes free with
+    /// its last bucket.
+    #[test]
+    fn heads_split_their_chunks_apart_at_spread_points() {
+        for (nb, rpc) in [
+            (1024, 40),
+            (1024, 45),
+            (11, 40),
+            (7, 3),
+            (6, 2),
+            (5, 1),
+            (1, 40),
+        ] {
+            let mut even_caps = Vec::new();
+            for b in 0..nb {
+                let (p, row0, cap) = head_of(b, nb, rpc);
+                let (last, first) = pair_span(b, nb, rpc);
+                assert!(cap >= 1 && row0 + cap <= rpc, "nb {nb} rpc {rpc} b {b}");
+                let alone = rpc < 3 || (b == nb - 1 && b.is_multiple_of(2));
+                if alone {
+                    assert_eq!((row0, cap, last, first), (0, rpc, b, b));
+                    continue;
+                }
+                assert_eq!((p, first, last), (b / 2, b & !1, b | 1));
+                if b % 2 == 0 {
+                    let (q, row1, _) = head_of(b + 1, nb, rpc);
+                    assert_eq!((q, row0), (p, 0));
+                    assert_eq!(row1, cap + 1, "one empty row between the heads");
+                    even_caps.push(cap);
+                }
+            }
+            if nb == 1024 {
+                // Spread over the chunk: the lists start at different points of their chunks.
+                let mean = even_caps.iter().sum::<usize>() as f64 / even_caps.len() as f64;
+                assert!((mean - (rpc - 1) as f64 / 2.0).abs() < 2.0, "mean {mean}");
+                let distinct = even_caps.iter().collect::<std::collections::BTreeSet<_>>();
+                assert_eq!(distinct.len(), rpc - 2, "every split point is used");
+            }
+        }
+    }
+
+    /// The pool's extent is the most rows of a layer plus about half a chunk per list (the
+    /// lists' partly filled chunks at different points, their tails packed once a layer is
+    /// complete): (200,9) on one and two threads. Before heads and packed tails, every
+    /// output list opened an empty chunk at the start of steps 0 and 1 (~1,400 chunks over
+    /// the rows for one thread).
+    #[test]
+    fn pool_extent_is_the_largest_layer_and_half_a_chunk_per_list() {
+        let p = crate::Params::new(200, 9).unwrap();
+        for threads in [1, 2] {
+            let plan = Plan::new(p, threads).unwrap();
+            let g = Geo::new(&plan, p.index_bits());
+            let mut keep = None;
+            for nonce in 0..3u128 {
+                let gen =
+                    crate::HashGen::new(p, b"ZcashPoW", b"extent", &crate::nonce_from_int(nonce))
+                        .unwrap();
+                let found = solve(&gen, &plan, Store::File(None), threads, 0, &mut keep)
+                    .unwrap()
+                    .expect("ids suffice");
+                let rows = (0..9)
+                    .map(|r| found.rows[r].div_ceil(g.rpc[r]))
+                    .max()
+                    .unwrap();
+                let chunks = keep.as_ref().unwrap().chunks as usize;
+                let lists = threads * plan.nb();
+                let over = chunks as f64 - rows as f64;
+                assert!(over > 0.0, "threads {threads} nonce {nonce}");
+                assert!(
+                    over < 0.75 * lists as f64 + (threads * BUMP_BATCH as usize) as f64,
+                    "threads {threads} nonce {nonce}: {chunks} chunks for {rows} of rows"
+                );
+            }
         }
     }
 }

@@ -10,15 +10,16 @@
 //!
 //! * during a step, a chunk of the layer being consumed is touched only by the thread that
 //!   consumes its bucket (buckets are split between threads), and it goes to that thread's
-//!   free list when freed;
+//!   free list when freed; the one exception, a chunk holding the heads of two neighbouring
+//!   buckets that two threads consume, is only read by both and freed after the step;
 //! * a chunk taken from a thread's free list, or from the shared bump counter (an atomic
 //!   `fetch_add`: each id once), belongs to that thread until the step ends;
 //! * steps end with the threads joined (`std::thread::scope`), which orders every write of a
 //!   step before every read of the next.
 //!
-//! So no byte is accessed by two threads within a step, and no two slices handed out by
-//! one view are alive at once (they borrow the view). With one thread the view is exactly
-//! a `&mut [u8]`.
+//! So no byte is written by one thread and accessed by another within a step, and no two
+//! slices handed out by one view are alive at once (they borrow the view). With one thread
+//! the view is exactly a `&mut [u8]`.
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;
@@ -59,9 +60,9 @@ pub(crate) struct PoolRef<'p> {
     _mem: PhantomData<&'p mut [u8]>,
 }
 
-// SAFETY: a view is a pointer into the pool, which outlives it (`'p`); threads holding views
-// access disjoint chunks within a step (module doc), so moving a view to another thread
-// creates no data race.
+// SAFETY: a view is a pointer into the pool, which outlives it (`'p`); within a step a
+// thread writes only chunks that no other thread accesses, and chunks read by two threads
+// are written by none (module doc), so moving a view to another thread creates no data race.
 unsafe impl Send for PoolRef<'_> {}
 
 #[cold]
