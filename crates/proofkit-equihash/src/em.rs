@@ -1474,16 +1474,11 @@ fn for_rows(
     let mut id = id0;
     let mut walk = ListWalk::new(lay, b);
     while let Some(s) = walk.next(mem, lay, g) {
+        // No prefetch of the next chunk here: `Lookahead` has brought it to L2 while the
+        // previous bucket merged, and asking for its lines again (17 prefetches a chunk, as
+        // this walk did until session 14) cost ~1.5% of (200,9)'s time and gained nothing on
+        // (144,5).
         let chunk = mem.bytes(s.base, g.chunk);
-        // The chunks of a bucket are scattered, so the hardware prefetchers lose the stream
-        // at each chunk's end: ask for the next chunk's lines now. `Lookahead` has usually
-        // brought them to L2 already (these requests then cost little); this covers a
-        // thread's first bucket and buckets whose predecessor had too few pairs to walk them.
-        if let Some((next, _)) = walk.peek(mem, lay, g) {
-            for line in (0..g.chunk + 63).step_by(64) {
-                mem.prefetch(next.base + line);
-            }
-        }
         for j in s.row0..s.row0 + s.rows {
             f(
                 id,
