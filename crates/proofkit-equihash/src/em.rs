@@ -508,7 +508,8 @@ impl Layer {
         rpc: usize,
     ) -> Option<usize> {
         let cb = alloc.chunk;
-        if self.hstart[b] == NO_AT {
+        // The new segment's first byte and rows.
+        let (at, rows) = if self.hstart[b] == NO_AT {
             let (p, row0, cap) = head_of(b, self.hstart.len(), rpc);
             if self.pair[p] == NO_CHUNK {
                 self.pair[p] = alloc.take(mem)?;
@@ -516,20 +517,19 @@ impl Layer {
             let at = (self.pair[p] as usize * cb + row0 * stride) as u32;
             self.hstart[b] = at;
             self.hcap[b] = cap as u32;
-            self.end[b] = at + (cap * stride) as u32;
-            self.at[b] = at + stride as u32;
-            return Some(at as usize);
-        }
-        let c = alloc.take(mem)?;
-        if self.nchunks[b] == 0 {
-            self.first[b] = c;
+            (at, cap)
         } else {
-            let last = (self.at[b] as usize - 1) / cb;
-            write_u32(mem.bytes_mut(last * cb + cb - 4, 4), 0, c);
-        }
-        self.nchunks[b] += 1;
-        let at = c * cb as u32;
-        self.end[b] = at + (rpc * stride) as u32;
+            let c = alloc.take(mem)?;
+            if self.nchunks[b] == 0 {
+                self.first[b] = c;
+            } else {
+                let last = (self.at[b] as usize - 1) / cb;
+                write_u32(mem.bytes_mut(last * cb + cb - 4, 4), 0, c);
+            }
+            self.nchunks[b] += 1;
+            (c * cb as u32, rpc)
+        };
+        self.end[b] = at + (rows * stride) as u32;
         self.at[b] = at + stride as u32;
         Some(at as usize)
     }
@@ -538,7 +538,8 @@ impl Layer {
     /// (the lists stay as they are until [`Layer::clear`]: they are not read again): its
     /// regular chunks, the pack chunks its tail closes, and the chunk of its pair's heads if
     /// `b` is the pair's last bucket. That chunk goes to `alloc.deferred` instead when the
-    /// pair's first bucket is another thread's (before `buckets.start`), which may still read it.
+    /// pair's first bucket is another thread's (before `from`, the first bucket of this
+    /// thread's range): that thread may still read it.
     #[allow(clippy::too_many_arguments)]
     fn free(
         &self,
