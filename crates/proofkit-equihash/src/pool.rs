@@ -114,15 +114,8 @@ impl PoolRef<'_> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
 
-    /// Hints that the cache line at `at` will be read soon (no access: any `at` is fine).
-    #[inline(always)]
-    pub(crate) fn prefetch(&self, at: usize) {
-        if at < self.len {
-            proofkit_core::memory::prefetch_address(self.ptr, at);
-        }
-    }
-
-    /// As [`PoolRef::prefetch`], into L2 only (for a line written much later).
+    /// Hints that the cache line at `at` will be needed soon, into L2 (no access: any `at`
+    /// is fine).
     #[inline(always)]
     pub(crate) fn prefetch_l2(&self, at: usize) {
         if at < self.len {
