@@ -371,9 +371,9 @@ impl Alloc<'_> {
 /// without empty space. The lists cost no memory beyond the pool apart from these vectors
 /// (per-bucket vectors of chunk ids were ~0.6 MB of heap).
 struct Layer {
-    /// Byte offset of each list's head segment (`NO_AT`: no row yet) and the rows it holds.
+    /// Byte offset of each list's head segment (`NO_AT`: no row yet); its room is
+    /// [`Layer::head_rows`].
     hstart: Vec<u32>,
-    hcap: Vec<u32>,
     /// First regular chunk and number of regular chunks of each list.
     first: Vec<u32>,
     nchunks: Vec<u32>,
@@ -424,7 +424,8 @@ fn head_of(b: usize, nb: usize, rpc: usize) -> (usize, usize, usize) {
 /// pair (see [`head_of`]).
 #[inline]
 fn pair_span(b: usize, nb: usize, rpc: usize) -> (usize, usize) {
-    if rpc < 3 || (b == nb - 1 && b.is_multiple_of(2)) {
+    // A head alone has the whole chunk; a shared one never does.
+    if head_of(b, nb, rpc).2 == rpc {
         (b, b)
     } else {
         (b | 1, b & !1)
@@ -432,10 +433,15 @@ fn pair_span(b: usize, nb: usize, rpc: usize) -> (usize, usize) {
 }
 
 impl Layer {
+    /// Rows of bucket `b`'s head ([`head_of`]).
+    #[inline]
+    fn head_rows(&self, b: usize, rpc: usize) -> usize {
+        head_of(b, self.hstart.len(), rpc).2
+    }
+
     fn new(nb: usize) -> Self {
         Layer {
             hstart: vec![NO_AT; nb],
-            hcap: vec![0; nb],
             first: vec![NO_CHUNK; nb],
             nchunks: vec![0; nb],
             pair: vec![NO_CHUNK; nb],
@@ -471,7 +477,7 @@ impl Layer {
             } else {
                 // The last chunk holds at least one row, so `at - 1` lies inside it.
                 let last = (at - 1) / chunk;
-                self.hcap[b] as usize
+                self.head_rows(b, rpc)
                     + (self.nchunks[b] as usize - 1) * rpc
                     + (at - last * chunk) / stride
             };
@@ -516,7 +522,6 @@ impl Layer {
             }
             let at = (self.pair[p] as usize * cb + row0 * stride) as u32;
             self.hstart[b] = at;
-            self.hcap[b] = cap as u32;
             (at, cap)
         } else {
             let c = alloc.take(mem)?;
@@ -563,7 +568,7 @@ impl Layer {
         }
         if self.tail[b] != NO_AT {
             let n =
-                self.counts[b] as usize - self.hcap[b] as usize - self.nchunks[b] as usize * rpc;
+                self.counts[b] as usize - self.head_rows(b, rpc) - self.nchunks[b] as usize * rpc;
             let mut c = self.tail[b] as usize / cb;
             // Rows of the tail past the start of its first pack chunk.
             let mut rows = n + (self.tail[b] as usize - c * cb) / stride;
@@ -1391,14 +1396,14 @@ impl ListWalk {
         }
     }
 
-    /// The next segment and the walk after it.
+    /// The next segment.
     #[inline(always)]
-    fn peek(&self, mem: &PoolRef, lay: &Layer, g: &Walking) -> Option<(Seg, ListWalk)> {
+    fn next(&mut self, mem: &PoolRef, lay: &Layer, g: &Walking) -> Option<Seg> {
         if self.left == 0 {
             return None;
         }
         let (b, cb) = (self.b, g.chunk);
-        let mut w = *self;
+        let w = self;
         let link = |c: usize| read_u32(mem.bytes(c * cb + cb - 4, 4), 0) as usize;
         // The chunk, its first row of the list, and the row past the segment's room.
         let (c, row0, end) = loop {
@@ -1409,7 +1414,7 @@ impl ListWalk {
                     if lay.hstart[b] != NO_AT {
                         let c = at / cb;
                         let row0 = (at - c * cb) / g.stride;
-                        break (c, row0, row0 + lay.hcap[b] as usize);
+                        break (c, row0, row0 + lay.head_rows(b, g.rpc));
                     }
                 }
                 1 if w.done < lay.nchunks[b] => {
@@ -1433,21 +1438,11 @@ impl ListWalk {
         let rows = w.left.min(end - row0);
         w.left -= rows;
         w.last = c;
-        Some((
-            Seg {
-                base: c * cb,
-                row0,
-                rows,
-            },
-            w,
-        ))
-    }
-
-    #[inline(always)]
-    fn next(&mut self, mem: &PoolRef, lay: &Layer, g: &Walking) -> Option<Seg> {
-        let (s, w) = self.peek(mem, lay, g)?;
-        *self = w;
-        Some(s)
+        Some(Seg {
+            base: c * cb,
+            row0,
+            rows,
+        })
     }
 }
 
@@ -1591,7 +1586,7 @@ fn compact(
                 if k_reg == 0 {
                     continue;
                 }
-                let m = n - lay.hcap[b] as usize - (k_reg - 1) * rpc;
+                let m = n - lay.head_rows(b, rpc) - (k_reg - 1) * rpc;
                 if m == rpc {
                     continue;
                 }
