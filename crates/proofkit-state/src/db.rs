@@ -17,13 +17,18 @@
 //!   while it lives.
 //! * [`Db::open`] reopens a store at its durable root (by default first verifying it in full,
 //!   as [`Db::check`] does).
-//! * Pipelined finalization ([`DbOptions::pipeline`]): [`Db::finalize`] applies the store
-//!   writes and moves the states onto the new root (a [`Store::working_snapshot`]) as without
-//!   it, and leaves the store commit (free list, the flushes of the commit level, the meta page)
-//!   to a thread of its own while the caller goes on with the next blocks on the other core; the
-//!   next `finalize` (or [`Db::sync`]) waits for it first. The durability contract is the
-//!   store's (a kill leaves the last durable root), only later: a finalization is durable once
-//!   the next `finalize` or `sync` returned. Had the commit failed, that call returns its error.
+//! * Pipelined finalization ([`DbOptions::pipeline`]): [`Db::finalize`] drops the forks and
+//!   prunes the finalized state on the calling thread, and leaves the rest to a job on a
+//!   thread of its own while the caller goes on with the next blocks on the other core:
+//!   building the store writes from the finalized state, applying them to the pages (the
+//!   copy-on-write, the largest part), and the store commit (free list, the flushes of the
+//!   commit level, the meta page). The blocks built meanwhile read the previous store root
+//!   (their snapshots) and the chain's nodes in memory. The next `finalize` (or [`Db::sync`])
+//!   waits for the job, then moves the states onto the root it applied; the chain's nodes
+//!   are pruned from memory by that next finalization. The durability contract is the
+//!   store's (a kill leaves the last durable root), only later: a finalization is durable
+//!   once the next `finalize` or `sync` returned. Had the job failed, that call returns its
+//!   error.
 #![deny(unsafe_code)]
 
 use crate::account::{Account, AccountLeaf};
@@ -39,6 +44,7 @@ use crate::trie::{encode_branch, encode_entry, encode_record, ChildEntry, Lookup
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use thiserror::Error;
 
@@ -75,9 +81,10 @@ pub struct DbOptions {
     /// Verify the whole store when opening it (as [`Db::check`]: every record read, the root
     /// recomputed, every stored trie node compared); linear in the state's size.
     pub verify_on_open: bool,
-    /// Commit each finalization's store writes on a thread of its own beside the next blocks
-    /// (see the module doc): [`Db::finalize`] returns before its commit is durable, and
-    /// returns the page counts of the finalization before it.
+    /// Build, apply and commit each finalization's store writes on a thread of its own beside
+    /// the next blocks (see the module doc): [`Db::finalize`] returns before they are applied
+    /// (reads of the store through the `Db` wait for them), and returns the page counts of the
+    /// finalization before it.
     pub pipeline: bool,
 }
 
@@ -128,10 +135,11 @@ impl Block {
     }
 }
 
-/// Where finalization spent its time so far (CPU time of the calling thread, seconds), for
-/// profiling: building the store writes, applying them to the pages, the store commit
-/// (free list, flushes, meta page), dropping the states finalized away, and moving the rest onto
-/// the new store root (pruning the finalized trie).
+/// Where finalization spent its time so far (CPU seconds of the thread that ran each phase),
+/// for profiling: building the store writes, applying them to the pages, the store commit
+/// (free list, flushes, meta page), on the job's thread when pipelined; dropping the states
+/// finalized away, and pruning the finalized trie and moving the states onto the new store
+/// root, on the calling thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FinalizeTimes {
     /// On the finalizing thread; the account-trie records may be built on the pool's other
@@ -152,8 +160,16 @@ fn thread_seconds() -> f64 {
     proofkit_core::cputime::thread_cpu_time().map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// A store commit running on its own thread, and the CPU seconds it took.
-type InFlight = std::thread::JoinHandle<Result<(CommitStats, f64), StoreError>>;
+/// What a finalization's store job hands back: the commit's page counts, a snapshot of the
+/// root it applied (for the states to move onto) and its CPU seconds by phase.
+struct Landed {
+    stats: CommitStats,
+    snap: Arc<Snapshot>,
+    times: FinalizeTimes,
+}
+
+/// A finalization's store job running on its own thread.
+type InFlight = std::thread::JoinHandle<Result<Landed, DbError>>;
 
 pub struct Db {
     /// Shared with a pipelined commit's thread, which holds it for writing while it runs
@@ -271,7 +287,7 @@ impl Db {
     /// Writes the blocks from the finalized one up to `id` to the store in one commit, makes
     /// `id` the finalized block, and drops every block that does not descend from it. With
     /// [`DbOptions::pipeline`], first waits for the previous finalization and returns its page
-    /// counts (zero for the first), and leaves this one's store commit running. After an error
+    /// counts (zero for the first), and leaves this one's store writes and commit running. After an error
     /// from the store the database should be reopened (the store is at its last durable root).
     pub fn finalize(&mut self, id: BlockId) -> Result<CommitStats, DbError> {
         let previous = self.sync()?;
@@ -295,22 +311,10 @@ impl Db {
                 m.1.extend(w.storage.keys());
             }
         }
-        let target = &self.blocks[&id];
-        let (number, root, level) = (target.number, target.root, self.level);
-        let t0 = thread_seconds();
-        let ops = store_ops(&target.state, &merged, &mut self.times.account_records)?;
-        self.times.build_ops += thread_seconds() - t0;
-        let t1 = thread_seconds();
-        let mut store = self.store.write().unwrap_or_else(PoisonError::into_inner);
-        store.apply(ops)?;
-        let t2 = thread_seconds();
-        self.times.apply += t2 - t1;
-        // The states read the root just applied from now on, committed or not: the old
-        // root's snapshots go with the rebase below, before the commit, so that the pages
-        // this commit frees are reusable by the next finalization (one batch of free pages
-        // held back instead of two).
-        let snap = store.working_snapshot(number, root);
-        drop(store);
+        let (number, root, level) = {
+            let target = &self.blocks[&id];
+            (target.number, target.root, self.level)
+        };
         let t3 = thread_seconds();
         // Keep `id` and its descendants.
         let mut keep: HashMap<BlockId, bool> = HashMap::new();
@@ -350,40 +354,54 @@ impl Db {
         self.blocks
             .retain(|b, _| keep.get(b).copied().unwrap_or(false));
         self.times.retire += thread_seconds() - t3;
-        if let Some(f) = self.blocks.get_mut(&id) {
-            f.log = WriteLog::new();
-        }
         self.finalized = id;
-        // The finalized block and its descendants read the new store root (their stored nodes
-        // are the same in it); the finalized state drops its stored subtrees from memory.
+        // The finalized state drops from memory the subtrees the store already holds (what
+        // the previous finalizations wrote); what this chain wrote is stored by the job below
+        // and pruned by the next finalization (or when the job lands, if nothing was built on
+        // `id` by then).
         let t4 = thread_seconds();
-        for (&b, c) in self.blocks.iter_mut() {
-            if b == id {
-                c.state.rebase(snap.clone(), Some(self.cached_levels));
-            } else if c.number > number {
-                c.state.rebase(snap.clone(), None);
-            }
-        }
-        drop(snap);
+        let target = self.blocks.get_mut(&id).expect("kept above");
+        target.log = WriteLog::new();
+        target.state.prune(self.cached_levels);
+        let state = target.state.clone();
         self.times.rebase += thread_seconds() - t4;
         let store = Arc::clone(&self.store);
-        let commit = move || -> Result<(CommitStats, f64), StoreError> {
-            let t = thread_seconds();
+        // Builds the chain's store writes from `id`'s state, applies them and commits. The
+        // blocks built meanwhile read their snapshots (the store root before this one) and the
+        // chain's nodes in memory, and nothing prunes a trie until the job has landed: the job
+        // marks the chain's nodes stored as it writes them, which only a pruning acts on.
+        let job = move |locked: Option<SyncSender<()>>| -> Result<Landed, DbError> {
             let mut store = store.write().unwrap_or_else(PoisonError::into_inner);
+            if let Some(tx) = locked {
+                let _ = tx.send(());
+            }
+            let mut times = FinalizeTimes::default();
+            let t0 = thread_seconds();
+            let ops = store_ops(&state, &merged, &mut times.account_records)?;
+            let t1 = thread_seconds();
+            store.apply(ops)?;
+            let t2 = thread_seconds();
+            let snap = store.working_snapshot(number, root);
             let stats = store.commit(number, root, level)?;
-            Ok((stats, thread_seconds() - t))
+            times.build_ops = t1 - t0;
+            times.apply = t2 - t1;
+            times.commit = thread_seconds() - t2;
+            Ok(Landed { stats, snap, times })
         };
         if self.pipeline {
-            self.in_flight = Some(std::thread::spawn(commit));
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            self.in_flight = Some(std::thread::spawn(move || job(Some(tx))));
+            // Returns once the job holds the store, so that reads of the store through the
+            // `Db` (which wait for it) see this finalization.
+            let _ = rx.recv();
             Ok(previous.unwrap_or_default())
         } else {
-            let (stats, seconds) = commit()?;
-            self.times.commit += seconds;
-            Ok(stats)
+            let landed = job(None)?;
+            Ok(self.land(landed))
         }
     }
 
-    /// Waits for a pipelined store commit still running (see [`DbOptions::pipeline`]); once
+    /// Waits for a pipelined finalization still running (see [`DbOptions::pipeline`]); once
     /// this returns, the last finalization is durable at the commit level. Returns that
     /// commit's page counts (`None`: none was running), or its error (the store is then at its
     /// last durable root; reopen the database).
@@ -391,13 +409,35 @@ impl Db {
         let Some(job) = self.in_flight.take() else {
             return Ok(None);
         };
-        let (stats, seconds) = match job.join() {
+        let landed = match job.join() {
             Ok(r) => r?,
-            // The same panic as a commit on this thread would have raised.
+            // The same panic as a finalization on this thread would have raised.
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        self.times.commit += seconds;
-        Ok(Some(stats))
+        Ok(Some(self.land(landed)))
+    }
+
+    /// Moves the finalized block and its descendants onto the root a finalization's job
+    /// applied (their stored nodes are the same in it), and prunes the finalized state when
+    /// no block was built on it meanwhile (else the next finalization prunes its own target).
+    fn land(&mut self, landed: Landed) -> CommitStats {
+        self.times.build_ops += landed.times.build_ops;
+        self.times.account_records += landed.times.account_records;
+        self.times.apply += landed.times.apply;
+        self.times.commit += landed.times.commit;
+        let t = thread_seconds();
+        let number = self.blocks[&self.finalized].number;
+        let alone = !self.blocks.values().any(|c| c.number > number);
+        for (&b, c) in self.blocks.iter_mut() {
+            if b == self.finalized {
+                c.state
+                    .rebase(landed.snap.clone(), alone.then_some(self.cached_levels));
+            } else if c.number > number {
+                c.state.rebase(landed.snap.clone(), None);
+            }
+        }
+        self.times.rebase += thread_seconds() - t;
+        landed.stats
     }
 
     /// Reads an account from the store (the finalized state), not from the in-memory trie.

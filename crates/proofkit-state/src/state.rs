@@ -257,10 +257,16 @@ impl State {
     /// that finalized only blocks this state descends from), and with the subtrees below
     /// `keep` nibbles (all stored by now) dropped from memory when `prune`.
     pub(crate) fn rebase(&mut self, snap: Arc<Snapshot>, prune: Option<usize>) {
-        if let Some(keep) = prune {
-            self.accounts.prune_in_place(keep);
-        }
         self.base = Some(snap);
+        if let Some(keep) = prune {
+            self.prune(keep);
+        }
+    }
+
+    /// Drops from memory the account-trie subtrees below `keep` nibbles that the store holds
+    /// (in this state's store root: call after moving onto the root that stored them).
+    pub(crate) fn prune(&mut self, keep: usize) {
+        self.accounts.prune_in_place(keep);
     }
 
     fn account_loader(&self) -> Box<dyn Loader<AccountLeaf> + '_> {

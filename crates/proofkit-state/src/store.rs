@@ -1705,6 +1705,8 @@ impl Store {
                 }
             }
         }
+        // Snapshots dropped since the last commit may have let its freed pages go.
+        self.release_limbo();
         ops.sort_by(|a, b| a.key().cmp(b.key()).then(a.rank().cmp(&b.rank())));
         self.root_page = self.apply_page(self.root_page, 0, &ops)?;
         Ok(())

@@ -707,9 +707,11 @@ impl<V: TrieValue> Trie<V> {
         }
     }
 
-    /// This trie with the nodes at depth `keep` and below replaced by stored nodes (call once
-    /// every node is in the store); nodes above stay in memory, their values pruned by
-    /// [`TrieValue::pruned`]. Walks only what changed since the last pruning.
+    /// This trie with the nodes at depth `keep` and below that are in the store (marked by
+    /// [`Trie::take_dirty`] or loaded from it) replaced by stored nodes; nodes above stay in
+    /// memory, their values pruned by [`TrieValue::pruned`], and nodes written since the last
+    /// `take_dirty` stay as they are (their stored descendants pruned). Walks only what changed
+    /// since the last pruning.
     pub fn pruned(&self, keep: usize) -> Trie<V> {
         Trie {
             root: self.root.as_ref().map(|r| prune(r, 0, keep)),
@@ -1214,10 +1216,16 @@ fn prune<V: TrieValue>(child: &Child<V>, depth: usize, keep: usize) -> Child<V> 
         _ => return child.clone(),
     };
     let r = node_ref(cell);
+    // A node not in the store yet (written since the last `take_dirty`) stays in memory as it
+    // is, its stored descendants pruned below it.
+    let stored = cell.has(STORED);
     let node = match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Leaf { .. } if depth >= keep => return Child::Stored(StoredKind::Leaf, r),
-        Node::Branch { .. } if depth >= keep => return Child::Stored(StoredKind::Branch, r),
+        Node::Leaf { .. } if stored && depth >= keep => return Child::Stored(StoredKind::Leaf, r),
+        Node::Branch { .. } if stored && depth >= keep => {
+            return Child::Stored(StoredKind::Branch, r)
+        }
+        Node::Leaf { .. } if !stored => return child.clone(),
         Node::Leaf { path, value } => Node::Leaf {
             path: path.clone(),
             value: value.pruned(),
@@ -1232,7 +1240,11 @@ fn prune<V: TrieValue>(child: &Child<V>, depth: usize, keep: usize) -> Child<V> 
             })),
         },
     };
-    Child::Mem(Cell::clean(node, r, STORED | PRUNED))
+    Child::Mem(Cell::clean(
+        node,
+        r,
+        if stored { STORED | PRUNED } else { 0 },
+    ))
 }
 
 fn prune_mut<V: TrieValue>(child: &mut Child<V>, depth: usize, keep: usize) {
@@ -1240,13 +1252,16 @@ fn prune_mut<V: TrieValue>(child: &mut Child<V>, depth: usize, keep: usize) {
     if arc.has(PRUNED) {
         return;
     }
+    // See `prune`: only what the store holds is pruned.
+    let stored = arc.has(STORED);
     let r = node_ref(arc);
     let kind = match &arc.node {
+        Node::Leaf { .. } if !stored => return,
         Node::Leaf { .. } => Some(StoredKind::Leaf),
         Node::Branch { .. } => Some(StoredKind::Branch),
         _ => None,
     };
-    if let (Some(kind), true) = (kind, depth >= keep) {
+    if let (Some(kind), true) = (kind, stored && depth >= keep) {
         *child = Child::Stored(kind, r);
         return;
     }
@@ -1264,7 +1279,9 @@ fn prune_mut<V: TrieValue>(child: &mut Child<V>, depth: usize, keep: usize) {
         }
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
-    *cell.flags.get_mut() = STORED | PRUNED;
+    if stored {
+        *cell.flags.get_mut() = STORED | PRUNED;
+    }
 }
 
 fn dirty<V: TrieValue>(child: &Child<V>, pos: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], Vec<u8>)) {

@@ -480,10 +480,11 @@ fn history_keeps_past_finalized_roots_readable() {
     assert!(db.begin(ids[ids.len() - 2]).is_err());
 }
 
-/// Pipelined finalization: the store commit runs on its own thread while the next blocks are
-/// written, read and hashed over the previous store root (writes load stored nodes from it);
-/// roots equal alloy-trie's, reads agree at every block, forks made meanwhile are dropped,
-/// and after `sync` the store checks out and reopens at the last root.
+/// Pipelined finalization: the store writes and commit run on their own thread while the next
+/// blocks are written, read and hashed over the previous store root (writes load stored nodes
+/// from it); roots equal alloy-trie's, reads agree at every block, forks made meanwhile are
+/// dropped, memory is pruned to the cached levels once the last job landed, and after `sync`
+/// the store checks out and reopens at the last root.
 #[test]
 fn pipelined_finalization_matches_alloy_trie_and_reopens() {
     for (seed, levels) in [(11u64, 0usize), (12, 2)] {
@@ -501,7 +502,7 @@ fn pipelined_finalization_matches_alloy_trie_and_reopens() {
         let mut m = Model::default();
         let mut parent = db.finalized();
         let mut finalized_any = false;
-        for b in 0..24 {
+        for b in 0..25 {
             // A fork beside the chain, dropped by the next finalization.
             let mut side_model = Model {
                 accounts: m.accounts.clone(),
@@ -516,7 +517,11 @@ fn pipelined_finalization_matches_alloy_trie_and_reopens() {
             assert_eq!(root, oracle_root(&m), "seed {seed} block {b}");
             assert_reads(db.state(id).unwrap(), &m);
             if b % 3 == 2 {
+                let before = db.state(id).unwrap().nodes_in_memory();
                 let stats = db.finalize(id).unwrap();
+                // What the previous finalization stored is pruned now, this chain's nodes
+                // once its job has landed.
+                assert!(db.state(id).unwrap().nodes_in_memory() <= before);
                 if !finalized_any {
                     assert_eq!(stats.new_pages + stats.reused_pages, 0, "none before");
                 }
@@ -531,6 +536,13 @@ fn pipelined_finalization_matches_alloy_trie_and_reopens() {
         let stats = db.sync().unwrap().expect("a finalization was running");
         assert!(stats.new_pages + stats.reused_pages > 0);
         assert_eq!(db.sync().unwrap(), None, "nothing left to wait for");
+        // Nothing was built on the last finalized block: landing pruned it to the top levels.
+        let bound: usize = (1..=levels)
+            .map(|l| 16usize.pow(l as u32) * 2)
+            .sum::<usize>()
+            + 2;
+        let kept = db.state(parent).unwrap().nodes_in_memory();
+        assert!(kept <= bound, "{kept} nodes kept, cached levels {levels}");
         assert_reads(db.state(parent).unwrap(), &m);
         assert_eq!(db.check().unwrap().1, oracle_root(&m));
         drop(db);
