@@ -362,7 +362,7 @@ impl Db {
         let t4 = thread_seconds();
         let target = self.blocks.get_mut(&id).expect("kept above");
         target.log = WriteLog::new();
-        target.state.prune(self.cached_levels);
+        let pruned = target.state.prune(self.cached_levels);
         let state = target.state.clone();
         self.times.rebase += thread_seconds() - t4;
         let store = Arc::clone(&self.store);
@@ -386,6 +386,8 @@ impl Db {
             times.build_ops = t1 - t0;
             times.apply = t2 - t1;
             times.commit = thread_seconds() - t2;
+            // The pruned subtrees are freed here, off the block thread.
+            drop(pruned);
             Ok(Landed { stats, snap, times })
         };
         if self.pipeline {

@@ -25,8 +25,8 @@ use crate::account::{Account, AccountLeaf, StorageValue, U256};
 use crate::keccak::{keccak256, B256};
 use crate::store::Snapshot;
 use crate::trie::{
-    decode_entry, decode_record, nibbles, record_children, ChildEntry, LoadError, LoadedNode,
-    Loader, Lookup, NoLoader, StoredKind, Trie,
+    decode_entry, decode_record, nibbles, record_children, Child, ChildEntry, LoadError,
+    LoadedNode, Loader, Lookup, NoLoader, StoredKind, Trie,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -259,14 +259,17 @@ impl State {
     pub(crate) fn rebase(&mut self, snap: Arc<Snapshot>, prune: Option<usize>) {
         self.base = Some(snap);
         if let Some(keep) = prune {
-            self.prune(keep);
+            drop(self.prune(keep));
         }
     }
 
     /// Drops from memory the account-trie subtrees below `keep` nibbles that the store holds
-    /// (in this state's store root: call after moving onto the root that stored them).
-    pub(crate) fn prune(&mut self, keep: usize) {
-        self.accounts.prune_in_place(keep);
+    /// (in this state's store root: call after moving onto the root that stored them), and
+    /// returns them, for the caller to free where it suits.
+    pub(crate) fn prune(&mut self, keep: usize) -> Vec<Child<AccountLeaf>> {
+        let mut dropped = Vec::new();
+        self.accounts.prune_in_place(keep, &mut dropped);
+        dropped
     }
 
     fn account_loader(&self) -> Box<dyn Loader<AccountLeaf> + '_> {

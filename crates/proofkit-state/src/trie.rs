@@ -719,10 +719,12 @@ impl<V: TrieValue> Trie<V> {
     }
 
     /// [`Trie::pruned`] in place: nodes this version alone holds are changed where they are
-    /// (no copy, nothing of the old tree to drop); shared ones are copied.
-    pub fn prune_in_place(&mut self, keep: usize) {
+    /// (no copy, nothing of the old tree to drop); shared ones are copied. The subtrees it
+    /// replaces by stored nodes go to `dropped` (for the caller to free them on another
+    /// thread: freeing them is most of a pruning's time).
+    pub fn prune_in_place(&mut self, keep: usize, dropped: &mut Vec<Child<V>>) {
         if let Some(r) = &mut self.root {
-            prune_mut(r, 0, keep);
+            prune_mut(r, 0, keep, dropped);
         }
     }
 
@@ -1247,7 +1249,12 @@ fn prune<V: TrieValue>(child: &Child<V>, depth: usize, keep: usize) -> Child<V> 
     ))
 }
 
-fn prune_mut<V: TrieValue>(child: &mut Child<V>, depth: usize, keep: usize) {
+fn prune_mut<V: TrieValue>(
+    child: &mut Child<V>,
+    depth: usize,
+    keep: usize,
+    dropped: &mut Vec<Child<V>>,
+) {
     let Child::Mem(arc) = child else { return };
     if arc.has(PRUNED) {
         return;
@@ -1262,7 +1269,7 @@ fn prune_mut<V: TrieValue>(child: &mut Child<V>, depth: usize, keep: usize) {
         _ => None,
     };
     if let (Some(kind), true) = (kind, stored && depth >= keep) {
-        *child = Child::Stored(kind, r);
+        dropped.push(std::mem::replace(child, Child::Stored(kind, r)));
         return;
     }
     let Some(cell) = Arc::get_mut(arc) else {
@@ -1271,10 +1278,10 @@ fn prune_mut<V: TrieValue>(child: &mut Child<V>, depth: usize, keep: usize) {
     };
     match &mut cell.node {
         Node::Leaf { value, .. } => *value = value.pruned(),
-        Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep),
+        Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep, dropped),
         Node::Branch { children } => {
             for c in children.iter_mut().flatten() {
-                prune_mut(c, depth + 1, keep);
+                prune_mut(c, depth + 1, keep, dropped);
             }
         }
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
