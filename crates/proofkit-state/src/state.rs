@@ -447,17 +447,19 @@ impl State {
             None => {
                 self.accounts.remove(&path, loader)?;
             }
-            Some(account) => match self.accounts.get_mut(&path, loader)? {
-                Some(leaf) => leaf.account = account,
-                None => self.accounts.insert(
-                    &path,
-                    AccountLeaf {
-                        account,
-                        storage: Trie::new(),
-                    },
-                    loader,
-                )?,
-            },
+            // An account already there keeps its storage.
+            Some(account) => self.accounts.upsert(
+                &path,
+                AccountLeaf {
+                    account,
+                    storage: Trie::new(),
+                },
+                loader,
+                |old, new| AccountLeaf {
+                    account: new.account,
+                    storage: old.storage,
+                },
+            )?,
         }
         Ok(())
     }

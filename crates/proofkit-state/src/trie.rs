@@ -181,7 +181,6 @@ impl NodeRef {
     }
 }
 
-#[derive(Clone)]
 enum Node<V> {
     Leaf {
         path: Box<[u8]>,
@@ -198,6 +197,42 @@ enum Node<V> {
     /// Stands in for a node while it is rebuilt in place; never seen outside `insert_child` and
     /// `remove_slot`.
     Hole,
+}
+
+impl<V: Clone> Clone for Node<V> {
+    fn clone(&self) -> Self {
+        match self {
+            Node::Leaf { path, value } => Node::Leaf {
+                path: path.clone(),
+                value: value.clone(),
+            },
+            Node::Extension { path, child } => Node::Extension {
+                path: path.clone(),
+                child: child.clone(),
+            },
+            Node::Branch { children } => {
+                // Copying a branch (every write copies the branches on its path that older
+                // versions share) counts one more owner of each child in memory: 16 locked
+                // increments, each on a line of its own that is rarely in cache, and a locked
+                // instruction waits for the one before it. The lines are requested together
+                // first, so that the misses overlap.
+                for c in children.iter().flatten() {
+                    if let Child::Mem(c) = c {
+                        // The counts sit just before the value in an `Arc`'s allocation (a
+                        // hint only: a wrong guess costs nothing but the hint).
+                        proofkit_core::memory::prefetch_address(
+                            Arc::as_ptr(c).cast::<u8>(),
+                            0usize.wrapping_sub(16),
+                        );
+                    }
+                }
+                Node::Branch {
+                    children: children.clone(),
+                }
+            }
+            Node::Hole => Node::Hole,
+        }
+    }
 }
 
 /// Where a parent (or the trie) holds a node: in memory, or in the page store. A stored node
@@ -597,6 +632,27 @@ impl<V: TrieValue> Trie<V> {
             path,
             value,
             loader,
+            None,
+        )
+    }
+
+    /// [`Trie::insert`], except that a value already at `path` becomes `merge(old, value)`:
+    /// one walk down the path where a [`Trie::get_mut`] and then an insert would take two (and
+    /// a store lookup of the key to tell that it is absent).
+    pub fn upsert(
+        &mut self,
+        path: &[u8],
+        value: V,
+        loader: &dyn Loader<V>,
+        merge: fn(V, V) -> V,
+    ) -> Result<(), LoadError> {
+        insert_slot(
+            &mut self.root,
+            &mut Vec::with_capacity(64),
+            path,
+            value,
+            loader,
+            Some(merge),
         )
     }
 
@@ -888,19 +944,22 @@ fn get_mut_at<'a, V: TrieValue>(
     }
 }
 
+/// Inserts `value` at `path` below `slot`; a value already there is replaced, or with `merge`
+/// becomes `merge(old, value)`.
 fn insert_slot<V: TrieValue>(
     slot: &mut Option<Child<V>>,
     pos: &mut Vec<u8>,
     path: &[u8],
     value: V,
     loader: &dyn Loader<V>,
+    merge: Option<fn(V, V) -> V>,
 ) -> Result<(), LoadError> {
     match slot {
         None => {
             *slot = Some(new_leaf(path, value));
             Ok(())
         }
-        Some(child) => insert_child(child, pos, path, value, loader),
+        Some(child) => insert_child(child, pos, path, value, loader, merge),
     }
 }
 
@@ -910,6 +969,7 @@ fn insert_child<V: TrieValue>(
     path: &[u8],
     value: V,
     loader: &dyn Loader<V>,
+    merge: Option<fn(V, V) -> V>,
 ) -> Result<(), LoadError> {
     let cell = Arc::make_mut(materialize(child, pos, loader)?);
     cell.touch();
@@ -922,6 +982,10 @@ fn insert_child<V: TrieValue>(
             value: lv,
         } => {
             if *lp == *path {
+                let value = match merge {
+                    Some(merge) => merge(lv, value),
+                    None => value,
+                };
                 Node::Leaf { path: lp, value }
             } else {
                 let c = common_prefix(&lp, path);
@@ -939,7 +1003,7 @@ fn insert_child<V: TrieValue>(
             if c == ep.len() {
                 let n = pos.len();
                 pos.extend_from_slice(&ep);
-                result = insert_child(&mut child, pos, &path[c..], value, loader);
+                result = insert_child(&mut child, pos, &path[c..], value, loader, merge);
                 pos.truncate(n);
                 Node::Extension { path: ep, child }
             } else {
@@ -965,6 +1029,7 @@ fn insert_child<V: TrieValue>(
                 &path[1..],
                 value,
                 loader,
+                merge,
             );
             pos.pop();
             Node::Branch { children }
