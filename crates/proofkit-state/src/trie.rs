@@ -626,14 +626,7 @@ impl<V: TrieValue> Trie<V> {
         value: V,
         loader: &dyn Loader<V>,
     ) -> Result<(), LoadError> {
-        insert_slot(
-            &mut self.root,
-            &mut Vec::with_capacity(64),
-            path,
-            value,
-            loader,
-            None,
-        )
+        self.upsert(path, value, loader, |_, new| new)
     }
 
     /// [`Trie::insert`], except that a value already at `path` becomes `merge(old, value)`:
@@ -652,7 +645,7 @@ impl<V: TrieValue> Trie<V> {
             path,
             value,
             loader,
-            Some(merge),
+            merge,
         )
     }
 
@@ -944,15 +937,14 @@ fn get_mut_at<'a, V: TrieValue>(
     }
 }
 
-/// Inserts `value` at `path` below `slot`; a value already there is replaced, or with `merge`
-/// becomes `merge(old, value)`.
+/// Inserts `value` at `path` below `slot`; a value already there becomes `merge(old, value)`.
 fn insert_slot<V: TrieValue>(
     slot: &mut Option<Child<V>>,
     pos: &mut Vec<u8>,
     path: &[u8],
     value: V,
     loader: &dyn Loader<V>,
-    merge: Option<fn(V, V) -> V>,
+    merge: fn(V, V) -> V,
 ) -> Result<(), LoadError> {
     match slot {
         None => {
@@ -969,7 +961,7 @@ fn insert_child<V: TrieValue>(
     path: &[u8],
     value: V,
     loader: &dyn Loader<V>,
-    merge: Option<fn(V, V) -> V>,
+    merge: fn(V, V) -> V,
 ) -> Result<(), LoadError> {
     let cell = Arc::make_mut(materialize(child, pos, loader)?);
     cell.touch();
@@ -982,11 +974,10 @@ fn insert_child<V: TrieValue>(
             value: lv,
         } => {
             if *lp == *path {
-                let value = match merge {
-                    Some(merge) => merge(lv, value),
-                    None => value,
-                };
-                Node::Leaf { path: lp, value }
+                Node::Leaf {
+                    path: lp,
+                    value: merge(lv, value),
+                }
             } else {
                 let c = common_prefix(&lp, path);
                 let mut children: Box<Children<V>> = Default::default();
