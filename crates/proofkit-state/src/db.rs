@@ -287,8 +287,10 @@ impl Db {
     /// Writes the blocks from the finalized one up to `id` to the store in one commit, makes
     /// `id` the finalized block, and drops every block that does not descend from it. With
     /// [`DbOptions::pipeline`], first waits for the previous finalization and returns its page
-    /// counts (zero for the first), and leaves this one's store writes and commit running. After an error
-    /// from the store the database should be reopened (the store is at its last durable root).
+    /// counts (zero for the first), and leaves this one's store writes and commit running.
+    /// After an error from a finalization (returned by this call, or, pipelined, by the next
+    /// `finalize` or `sync`) the database must be reopened: the store is at its last durable
+    /// root, while the blocks in memory already count the chain as finalized.
     pub fn finalize(&mut self, id: BlockId) -> Result<CommitStats, DbError> {
         let previous = self.sync()?;
         let mut chain = Vec::new();
