@@ -54,6 +54,6 @@ class VdfError(ProofkitError):
 
 class StateError(ProofkitError):
     """A state-database failure: ``kind`` is ``"UnknownBlock"``, ``"NotDescendant"``,
-    ``"NoSuchAccount"``, ``"RootMismatch"``, ``"CorruptRecord"``, ``"Store"``, ``"Closed"``,
-    ``"BlockClosed"``, or a proof defect (``"HashMismatch"``, ``"Truncated"``, ``"Trailing"``,
+    ``"NoSuchAccount"``, ``"RootMismatch"``, ``"CorruptRecord"``, ``"Store"``, ``"Failed"``
+    (a finalization failed earlier: reopen the database), ``"Closed"``, ``"BlockClosed"``, or a proof defect (``"HashMismatch"``, ``"Truncated"``, ``"Trailing"``,
     ``"Malformed"``, ``"ValueMismatch"``)."""

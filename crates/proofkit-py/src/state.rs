@@ -22,6 +22,7 @@ fn db_error(py: Python<'_>, e: DbError) -> PyErr {
         DbError::NotDescendant(_) => "NotDescendant",
         DbError::RootMismatch { .. } => "RootMismatch",
         DbError::CorruptRecord(_) => "CorruptRecord",
+        DbError::Failed(_) => "Failed",
         DbError::State(_) => "NoSuchAccount",
     };
     error(py, "StateError", e.to_string(), kind, &[])

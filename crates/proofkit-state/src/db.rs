@@ -63,6 +63,8 @@ pub enum DbError {
     RootMismatch { stored: String, rebuilt: String },
     #[error("corrupt record: {0}")]
     CorruptRecord(String),
+    #[error("a finalization failed ({0}); reopen the database")]
+    Failed(String),
     #[error(transparent)]
     State(#[from] crate::state::StateError),
 }
@@ -184,6 +186,10 @@ pub struct Db {
     finalized: BlockId,
     blocks: HashMap<BlockId, Committed>,
     next_id: BlockId,
+    /// Set once a finalization failed: the blocks in memory count as finalized what the store
+    /// may not hold (and the job marked their nodes stored), so every later call that writes
+    /// or finalizes refuses instead of building on them.
+    failed: Option<String>,
 }
 
 impl Db {
@@ -224,6 +230,7 @@ impl Db {
             finalized: 0,
             blocks,
             next_id: 1,
+            failed: None,
         })
     }
 
@@ -251,8 +258,22 @@ impl Db {
         Ok(self.get(id)?.number)
     }
 
+    fn usable(&self) -> Result<(), DbError> {
+        match &self.failed {
+            Some(e) => Err(DbError::Failed(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a finalization's error, which every later write or finalization reports.
+    fn fail(&mut self, e: DbError) -> DbError {
+        self.failed.get_or_insert_with(|| e.to_string());
+        e
+    }
+
     /// Opens a block on `parent`.
     pub fn begin(&self, parent: BlockId) -> Result<Block, DbError> {
+        self.usable()?;
         let p = self.get(parent)?;
         if p.number < self.get(self.finalized)?.number {
             return Err(DbError::NotDescendant(parent));
@@ -266,6 +287,7 @@ impl Db {
 
     /// Commits a block: computes its state root and keeps it (unfinalized) under a new id.
     pub fn commit(&mut self, block: Block) -> Result<(BlockId, B256), DbError> {
+        self.usable()?;
         self.get(block.parent)?;
         let root = block.writer.state.root();
         let id = self.next_id;
@@ -293,6 +315,7 @@ impl Db {
     /// root, while the blocks in memory already count the chain as finalized.
     pub fn finalize(&mut self, id: BlockId) -> Result<CommitStats, DbError> {
         let previous = self.sync()?;
+        self.usable()?;
         let mut chain = Vec::new();
         let mut cur = id;
         while cur != self.finalized {
@@ -400,7 +423,7 @@ impl Db {
             let _ = rx.recv();
             Ok(previous.unwrap_or_default())
         } else {
-            let landed = job(None)?;
+            let landed = job(None).map_err(|e| self.fail(e))?;
             Ok(self.land(landed))
         }
     }
@@ -411,10 +434,11 @@ impl Db {
     /// last durable root; reopen the database).
     pub fn sync(&mut self) -> Result<Option<CommitStats>, DbError> {
         let Some(job) = self.in_flight.take() else {
+            self.usable()?;
             return Ok(None);
         };
         let landed = match job.join() {
-            Ok(r) => r?,
+            Ok(r) => r.map_err(|e| self.fail(e))?,
             // The same panic as a finalization on this thread would have raised.
             Err(panic) => std::panic::resume_unwind(panic),
         };

@@ -553,3 +553,62 @@ fn pipelined_finalization_matches_alloy_trie_and_reopens() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A finalization that fails (here: the in-memory store's reserved space runs out) returns the
+/// store's error, on the calling thread or, pipelined, from the next `finalize` or `sync`; from
+/// then on every write and finalization is refused with `Failed` (the blocks in memory count
+/// as finalized what the store does not hold) instead of building on them.
+#[test]
+fn a_failed_finalization_refuses_later_writes() {
+    for pipeline in [false, true] {
+        let options = DbOptions {
+            // 16 MiB of pages (the smallest reserve) for about 40 MB of records.
+            memory_reserve: 1,
+            pipeline,
+            ..Default::default()
+        };
+        let mut db = Db::open(None, options).unwrap();
+        let mut parent = db.finalized();
+        let mut failure = None;
+        for b in 0..40u64 {
+            let mut block = db.begin(parent).unwrap();
+            for i in 0..4_000u64 {
+                let a: Address = keccak256(&(b * 4_000 + i).to_le_bytes())[..20]
+                    .try_into()
+                    .unwrap();
+                let acc = Account {
+                    nonce: i,
+                    ..Default::default()
+                };
+                block.set_account(&a, Some(acc));
+                block.set_storage(&a, &u256(1), &u256(i + 1)).unwrap();
+            }
+            let (id, _) = db.commit(block).unwrap();
+            if let Err(e) = db.finalize(id) {
+                failure = Some(e);
+                break;
+            }
+            parent = id;
+        }
+        let failure = match failure {
+            Some(e) => e,
+            None => db.sync().expect_err("the store cannot hold it all"),
+        };
+        assert!(
+            matches!(
+                failure,
+                proofkit_state::DbError::Store(proofkit_state::store::StoreError::Full)
+            ),
+            "pipelined {pipeline}: {failure}"
+        );
+        let refused = |r: Result<(), proofkit_state::DbError>| {
+            assert!(
+                matches!(r, Err(proofkit_state::DbError::Failed(ref m)) if m.contains("full")),
+                "pipelined {pipeline}: {r:?}"
+            )
+        };
+        refused(db.begin(db.finalized()).map(drop));
+        refused(db.finalize(db.finalized()).map(drop));
+        refused(db.sync().map(drop));
+    }
+}
