@@ -255,7 +255,7 @@ impl State {
 
     /// Moves this state onto another store root holding the same stored nodes (a newer root
     /// that finalized only blocks this state descends from), and with the subtrees below
-    /// `keep` nibbles (all stored by now) dropped from memory when `prune`.
+    /// `keep` nibbles that the store holds dropped from memory when `prune`.
     pub(crate) fn rebase(&mut self, snap: Arc<Snapshot>, prune: Option<usize>) {
         self.base = Some(snap);
         if let Some(keep) = prune {
