@@ -314,8 +314,8 @@ impl Db {
     /// `finalize` or `sync`) the database must be reopened: the store is at its last durable
     /// root, while the blocks in memory already count the chain as finalized.
     pub fn finalize(&mut self, id: BlockId) -> Result<CommitStats, DbError> {
+        // Refuses once a finalization failed (no job starts after one).
         let previous = self.sync()?;
-        self.usable()?;
         let mut chain = Vec::new();
         let mut cur = id;
         while cur != self.finalized {
