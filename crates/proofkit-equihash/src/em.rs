@@ -44,7 +44,7 @@
 //! region (known once the layer's rows are counted). The pool is shared through
 //! [`crate::pool`]'s views (this solver's only unsafe code), under the ownership rules given there.
 //!
-//! The `pr` mode on (144,5) and (192,7) keeps only the trees of the layers from its height
+//! The `pr` mode keeps only the trees of the layers from its height
 //! on; tracing back rebuilds the others for the candidates by re-running the layers below
 //! each ([`Pass::Pick`]).
 //!
@@ -2342,7 +2342,7 @@ mod tests {
                 let input: Vec<u8> = (0..next() % 100).map(|_| next() as u8).collect();
                 let nonce = crate::nonce_from_int(((next() as u128) << 64) | next() as u128);
                 let gen = crate::HashGen::new(p, b"ZcashPoW", &input, &nonce).unwrap();
-                let (want, stats) = crate::solve(&gen, &general).unwrap();
+                let (want, stats) = crate::solve_general(&gen, &general).unwrap();
                 assert!(!stats.fast_path);
                 for (store, threads) in [(Store::Memory, 1), (Store::File(None), 2)] {
                     let got = solutions(&gen, &plan, store, threads, &mut keep);

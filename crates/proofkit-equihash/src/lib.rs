@@ -10,8 +10,8 @@
 //!   the fast path (`fast`: index pointers inside two alternating heaps) where it has a plan;
 //! * [`lanes`]: BLAKE2b with a shared prefix state, 8 messages per AVX-512 instruction stream;
 //! * `em`: the `em` mode's fast path (the CIP-EM layout: one layer of byte-packed rows in
-//!   memory, index pointers in a temporary file), also `full`'s and `pr`'s for (144,5) and
-//!   (192,7) with the index pointers in memory; multi-threaded;
+//!   memory, index pointers in a temporary file), also `pr`'s (the index pointers from the
+//!   height on in memory) and `full`'s for (144,5) and (192,7); multi-threaded;
 //! * `pool`: `em`'s chunk pool shared by its threads (unsafe code, as are `lanes`'
 //!   AVX-512 intrinsics and `fast::avx512`'s row arithmetic);
 //! * [`spill`]: the `em` mode's temporary file.
@@ -33,7 +33,9 @@ pub mod verify;
 
 pub use hash::{HashGen, Kernel, ZCASH_PERSONALIZATION};
 pub use params::{Params, ParamsError};
-pub use solver::{solve, solve_in, Mode, SolveError, SolveStats, SolverConfig, Workspace};
+pub use solver::{
+    solve, solve_general, solve_in, Mode, SolveError, SolveStats, SolverConfig, Workspace,
+};
 pub use verify::{verify_indices, verify_minimal, ErrorKind, VerifyError};
 
 /// The 32-byte nonce whose little-endian value is `v` (the vectors' `nonce_int`).

@@ -25,9 +25,10 @@
 //! spills every table to a temporary file and streams it back. Where `fast` has a
 //! plan, `Full` runs it; `Em` runs `em` (the CIP-EM layout, multi-threaded) where it has
 //! one, and so does `Full` where `fast`'s buckets would be too small ((144,5), (192,7)),
-//! with the trees in memory, and `Pr` there too (the trees of the layers below the height
-//! rebuilt by re-running `em`'s layers). Elsewhere `Pr` runs the general solver (`Pr` at
-//! height 0 is then the general solver's `full`).
+//! with the trees in memory, and `Pr` wherever `em` has a plan (the trees of the layers
+//! from the height on in memory, the others rebuilt by re-running `em`'s layers). Elsewhere,
+//! or when a fast path gives up, the general solver runs; [`solve_general`] runs it alone
+//! (`Pr` at height 0 is its `full`).
 #![deny(unsafe_code)]
 
 use crate::hash::{to_words, HashGen, BLOCK_BYTES};
@@ -265,6 +266,16 @@ pub fn solve_in(
     ws: &mut Workspace,
 ) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
     Solver::new(gen, cfg.clone())?.run_in(ws)
+}
+
+/// The general solver alone, whatever the parameters' fast paths: what [`solve`] runs where
+/// no fast path has a plan or one gives up, exposed to cross-check the fast paths against
+/// (it shares their definition of a solution, not their layout or arithmetic).
+pub fn solve_general(
+    gen: &HashGen,
+    cfg: &SolverConfig,
+) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
+    Solver::new(gen, cfg.clone())?.run_general(SolveStats::default())
 }
 
 /// Memory kept between solves (see [`solve_in`]); empty until the first solve.
@@ -721,8 +732,9 @@ impl<'a> Solver<'a> {
         let th = self.cfg.threads;
         // Which fast path runs: `fast` for `full` where it has a plan, else `em`'s layout
         // with its trees in memory ((144,5), (192,7)); `em`'s layout (trees in the file)
-        // for `em`; for `pr` where `fast` has no useful plan, `em`'s layout with the trees
-        // of the layers from the height on in memory.
+        // for `em`; for `pr`, `em`'s layout with the trees of the layers from the height on
+        // in memory (the pool holds one layer of rows, so memory falls with the height as
+        // in the CIP paper's APR curve; the general solver keeps two layers of rows).
         let wide = !crate::em::fast_is_useful(p) && crate::em::plan(p).is_some();
         let em_store = match self.cfg.mode {
             Mode::Full => match crate::fast::Plan::new(p, th).filter(|_| !wide) {
@@ -739,8 +751,7 @@ impl<'a> Solver<'a> {
                 None => Some((crate::em::Store::Memory, 0)),
             },
             Mode::Em => Some((crate::em::Store::File(self.cfg.spill_dir.as_deref()), 0)),
-            Mode::Pr { height } if wide => Some((crate::em::Store::Memory, height as usize)),
-            Mode::Pr { .. } => None,
+            Mode::Pr { height } => Some((crate::em::Store::Memory, height as usize)),
         };
         if let Some((store, height)) = em_store {
             if let Some(plan) = crate::em::plan(p) {
@@ -753,6 +764,14 @@ impl<'a> Solver<'a> {
                 }
             }
         }
+        self.run_general(stats)
+    }
+
+    /// The general solver alone (what [`Solver::run_in`] falls back to).
+    fn run_general(
+        &self,
+        mut stats: SolveStats,
+    ) -> Result<(Vec<Vec<u32>>, SolveStats), SolveError> {
         let k = self.k;
         let mut spill = match self.cfg.mode {
             Mode::Em => Some(SpillFile::create(self.cfg.spill_dir.as_deref())?),

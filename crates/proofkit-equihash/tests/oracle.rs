@@ -4,8 +4,8 @@
 //! exactly its solutions). Also: every memory mode and thread count gives the same set.
 
 use proofkit_equihash::{
-    minimal, nonce_from_int, reference, solve, solve_in, verify_minimal, HashGen, Mode, Params,
-    SolverConfig, Workspace,
+    minimal, nonce_from_int, reference, solve, solve_general, solve_in, verify_minimal, HashGen,
+    Mode, Params, SolverConfig, Workspace,
 };
 use rand::{Rng, SeedableRng};
 
@@ -97,7 +97,7 @@ fn solver_matches_the_reference_solver() {
 }
 
 /// Full (1 and 2 threads), every post-retrieval height and external memory give the same
-/// solution set.
+/// solution set, on the fast paths and on the general solver.
 #[test]
 fn all_modes_give_the_same_solutions() {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(99);
@@ -111,13 +111,23 @@ fn all_modes_give_the_same_solutions() {
             for h in 0..k {
                 modes.push(cfg(Mode::Pr { height: h }, 2));
             }
-            for c in modes {
+            for c in &modes {
                 assert_eq!(
-                    solve(&gen, &c).unwrap().0,
+                    solve(&gen, c).unwrap().0,
                     base,
                     "({n},{k}) mode {} threads {}",
                     c.mode,
                     c.threads
+                );
+            }
+            // The general solver (its own layout and tables) in every mode.
+            for c in &modes {
+                let (sols, stats) = solve_general(&gen, c).unwrap();
+                assert!(!stats.fast_path);
+                assert_eq!(
+                    sols, base,
+                    "({n},{k}) general {} threads {}",
+                    c.mode, c.threads
                 );
             }
         }
@@ -146,9 +156,12 @@ fn modes_agree_on_200_9() {
     ] {
         let (sols, stats) = solve(&gen, &c).unwrap();
         assert_eq!(sols, base, "mode {} threads {}", c.mode, c.threads);
-        if c.mode == Mode::Em {
-            // The CIP-EM layout, not the general solver.
-            assert!(stats.fast_path && !stats.fast_overflow, "{stats:?}");
+        // `em` and `pr` on the CIP-EM layout, not the general solver.
+        assert!(stats.fast_path && !stats.fast_overflow, "{stats:?}");
+        if let Mode::Pr { height } = c.mode {
+            // Every layer below the height rebuilt once for the candidates.
+            let h = height as usize;
+            assert_eq!(stats.recomputed_steps, h * (h + 1) / 2, "{stats:?}");
         }
     }
 }

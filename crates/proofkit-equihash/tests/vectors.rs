@@ -5,8 +5,8 @@
 mod common;
 
 use proofkit_equihash::{
-    minimal, nonce_from_int, solve, verify_indices, verify_minimal, ErrorKind, HashGen, Mode,
-    Params, SolverConfig,
+    minimal, nonce_from_int, solve, solve_general, verify_indices, verify_minimal, ErrorKind,
+    HashGen, Mode, Params, SolverConfig,
 };
 use serde_json::Value;
 
@@ -118,6 +118,12 @@ fn solver_vectors(n: u64) {
                 cfg.mode,
                 cfg.threads
             );
+        }
+        if p.n() != 144 {
+            // The general solver too (its own layout; `pr` above runs `em`'s).
+            let (got, stats) = solve_general(&gen, &config(Mode::Full, 2)).unwrap();
+            assert!(!stats.fast_path);
+            assert_eq!(got, want, "({},{}) general", p.n(), p.k());
         }
     }
 }
