@@ -271,9 +271,13 @@ pub struct Cell<V> {
     /// collects a root's unhashed nodes looks only at these children instead of loading
     /// every child's cell (16 lines, mostly cold, per branch on a write path).
     dirty_slots: u16,
+    /// A branch's slots whose child may be in memory and not pruned (a superset): the slots
+    /// written through this node since it was last pruned, and those pruning had to leave
+    /// (nodes the store did not hold yet). Pruning visits only these children.
+    unpruned_slots: u16,
 }
 
-/// Every slot: for a node built whole, whose children are not known to be hashed.
+/// Every slot: for a node built whole, whose children are not known to be hashed or pruned.
 const ALL_SLOTS: u16 = u16::MAX;
 
 impl<V: Clone> Clone for Cell<V> {
@@ -290,6 +294,12 @@ impl<V: Clone> Clone for Cell<V> {
             } else {
                 self.dirty_slots
             },
+            // Likewise: a pruned node's children are all pruned or stored.
+            unpruned_slots: if self.has(PRUNED) {
+                0
+            } else {
+                self.unpruned_slots
+            },
         }
     }
 }
@@ -301,6 +311,7 @@ impl<V> Cell<V> {
             cached: OnceLock::new(),
             flags: AtomicU8::new(0),
             dirty_slots: ALL_SLOTS,
+            unpruned_slots: ALL_SLOTS,
         })
     }
 
@@ -311,6 +322,7 @@ impl<V> Cell<V> {
             cached: OnceLock::from(r),
             flags: AtomicU8::new(flags),
             dirty_slots: 0,
+            unpruned_slots: if flags & PRUNED != 0 { 0 } else { ALL_SLOTS },
         })
     }
 
@@ -324,7 +336,16 @@ impl<V> Cell<V> {
         if self.cached.take().is_some() {
             self.dirty_slots = 0;
         }
+        if self.has(PRUNED) {
+            self.unpruned_slots = 0;
+        }
         *self.flags.get_mut() = 0;
+    }
+
+    /// Slots `written` through this node: their children may now be unhashed and unpruned.
+    fn written(&mut self, written: u16) {
+        self.dirty_slots |= written;
+        self.unpruned_slots |= written;
     }
 }
 
@@ -343,6 +364,7 @@ pub fn entry_child<V: TrieValue>(e: &ChildEntry) -> Child<V> {
                 cached: OnceLock::new(),
                 flags: AtomicU8::new(STORED | PRUNED),
                 dirty_slots: 0,
+                unpruned_slots: 0,
             });
             node_ref(&c);
             Child::Mem(c)
@@ -941,7 +963,7 @@ fn get_mut_at<'a, V: TrieValue>(
     let cell = Arc::make_mut(materialize(child, pos, loader)?);
     cell.touch();
     if let Node::Branch { .. } = cell.node {
-        cell.dirty_slots |= 1 << path[0];
+        cell.written(1 << path[0]);
     }
     match &mut cell.node {
         Node::Hole => Ok(None),
@@ -1053,7 +1075,7 @@ fn insert_child<V: TrieValue>(
             Node::Branch { children }
         }
     };
-    cell.dirty_slots |= written;
+    cell.written(written);
     result
 }
 
@@ -1138,7 +1160,7 @@ fn remove_slot<V: TrieValue>(
             }
         }
     };
-    cell.dirty_slots |= written;
+    cell.written(written);
     result
 }
 
@@ -1370,9 +1392,19 @@ fn prune_mut<V: TrieValue>(
         Node::Leaf { value, .. } => *value = value.pruned(),
         Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep, dropped),
         Node::Branch { children } => {
-            for c in children.iter_mut().flatten() {
-                prune_mut(c, depth + 1, keep, dropped);
+            let mut left = 0;
+            let mut slots = cell.unpruned_slots;
+            while slots != 0 {
+                let i = slots.trailing_zeros() as usize;
+                slots &= slots - 1;
+                if let Some(c) = &mut children[i] {
+                    prune_mut(c, depth + 1, keep, dropped);
+                    if matches!(c, Child::Mem(a) if !a.has(PRUNED)) {
+                        left |= 1 << i;
+                    }
+                }
             }
+            cell.unpruned_slots = left;
         }
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
@@ -1715,6 +1747,19 @@ mod tests {
         below + usize::from(cell.cached.get().is_none())
     }
 
+    /// The nodes of `t` in memory.
+    fn mem_nodes<V>(t: &Trie<V>) -> usize {
+        fn count<V>(c: &Child<V>) -> usize {
+            let Child::Mem(cell) = c else { return 0 };
+            1 + match &cell.node {
+                Node::Extension { child, .. } => count(child),
+                Node::Branch { children } => children.iter().flatten().map(count).sum(),
+                _ => 0,
+            }
+        }
+        t.root.as_ref().map_or(0, count)
+    }
+
     /// The dirty-slot masks name every child that lacks a reference: the walk that collects
     /// a root's work (which reads only those slots) finds exactly the nodes a full walk
     /// finds, after inserts, updates, removals and writes to versions sharing nodes, hashed
@@ -1876,6 +1921,9 @@ mod tests {
         for keep in [0usize, 1, 2, 3] {
             let mut paged = full.clone();
             for round in 0..12 {
+                // An older version kept through some rounds: writes then copy nodes that
+                // pruning left in memory, and pruning meets shared nodes.
+                let _older = (round % 4 == 0).then(|| paged.clone());
                 let mut changed = Vec::new();
                 for _ in 0..rng.gen_range(1..60) {
                     if rng.gen_bool(0.3) && !keys.is_empty() {
@@ -1915,10 +1963,22 @@ mod tests {
                     };
                 }
                 store.records.retain(|pos, _| full.lookup_branch(pos));
-                paged.take_dirty(|pos, rec| {
-                    store.records.insert(pos.to_vec(), rec);
-                });
-                paged = paged.pruned(keep);
+                // Some rounds leave their nodes unstored: pruning keeps them in memory, and
+                // must reach them again once a later round stores them.
+                if round % 4 != 3 {
+                    paged.take_dirty(|pos, rec| {
+                        store.records.insert(pos.to_vec(), rec);
+                    });
+                }
+                // In place (the unpruned-slot masks choose the children it visits), leaving
+                // in memory exactly what the full walk of `pruned` leaves.
+                let want = paged.pruned(keep);
+                paged.prune_in_place(keep, &mut Vec::new());
+                assert_eq!(
+                    mem_nodes(&paged),
+                    mem_nodes(&want),
+                    "keep {keep} round {round}"
+                );
                 assert_eq!(paged.root_hash(), full.root_hash());
                 for k in keys.iter().take(10) {
                     let mut p = paged.clone();
