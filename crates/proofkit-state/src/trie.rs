@@ -594,15 +594,7 @@ impl<V: TrieValue> Trie<V> {
 
     /// Nodes held in memory (stored nodes count one each; values' own tries not counted).
     pub fn nodes_in_memory(&self) -> usize {
-        fn count<V>(c: &Child<V>) -> usize {
-            let Child::Mem(c) = c else { return 1 };
-            1 + match &c.node {
-                Node::Extension { child, .. } => count(child),
-                Node::Branch { children } => children.iter().flatten().map(count).sum(),
-                _ => 0,
-            }
-        }
-        self.root.as_ref().map_or(0, count)
+        self.root.as_ref().map_or(0, |r| count_nodes(r, 1))
     }
 
     /// Whether a branch sits at position `pos` (memory only: `false` inside stored subtrees).
@@ -1523,6 +1515,20 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
     }
 }
 
+/// The nodes in memory under `c`, each stored node counting `stored`.
+fn count_nodes<V>(c: &Child<V>, stored: usize) -> usize {
+    let Child::Mem(cell) = c else { return stored };
+    1 + match &cell.node {
+        Node::Extension { child, .. } => count_nodes(child, stored),
+        Node::Branch { children } => children
+            .iter()
+            .flatten()
+            .map(|c| count_nodes(c, stored))
+            .sum(),
+        _ => 0,
+    }
+}
+
 /// Files every node without a cached reference under its height (leaves 0); returns how many.
 fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -> usize {
     fn walk<'a, V>(
@@ -1747,17 +1753,9 @@ mod tests {
         below + usize::from(cell.cached.get().is_none())
     }
 
-    /// The nodes of `t` in memory.
+    /// The nodes of `t` in memory, stored ones not counted.
     fn mem_nodes<V>(t: &Trie<V>) -> usize {
-        fn count<V>(c: &Child<V>) -> usize {
-            let Child::Mem(cell) = c else { return 0 };
-            1 + match &cell.node {
-                Node::Extension { child, .. } => count(child),
-                Node::Branch { children } => children.iter().flatten().map(count).sum(),
-                _ => 0,
-            }
-        }
-        t.root.as_ref().map_or(0, count)
+        t.root.as_ref().map_or(0, |r| count_nodes(r, 0))
     }
 
     /// The dirty-slot masks name every child that lacks a reference: the walk that collects
