@@ -280,26 +280,27 @@ pub struct Cell<V> {
 /// Every slot: for a node built whole, whose children are not known to be hashed or pruned.
 const ALL_SLOTS: u16 = u16::MAX;
 
+/// The slots set in `mask`, in order.
+fn slots_in(mut mask: u16) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            i
+        })
+    })
+}
+
 impl<V: Clone> Clone for Cell<V> {
     fn clone(&self) -> Self {
-        // The copy is about to be changed: it starts without a cached reference. A node with
-        // a reference had every child hashed, so no slot of the copy is dirty yet; one
-        // without keeps the slots written since its last reference.
+        // The copy is about to be changed: it starts without a cached reference.
+        let (dirty_slots, unpruned_slots) = self.slots_before_change();
         Cell {
             node: self.node.clone(),
             cached: OnceLock::new(),
             flags: AtomicU8::new(0),
-            dirty_slots: if self.cached.get().is_some() {
-                0
-            } else {
-                self.dirty_slots
-            },
-            // Likewise: a pruned node's children are all pruned or stored.
-            unpruned_slots: if self.has(PRUNED) {
-                0
-            } else {
-                self.unpruned_slots
-            },
+            dirty_slots,
+            unpruned_slots,
         }
     }
 }
@@ -330,15 +331,28 @@ impl<V> Cell<V> {
         self.flags.load(Ordering::Relaxed) & flag != 0
     }
 
-    /// About to change: its reference and store state no longer hold. (A node that had a
-    /// reference had every child hashed: no dirty slot.)
+    /// The slot masks a copy or an in-place change of this node starts from: a node with a
+    /// reference had every child hashed, so no slot is dirty; a pruned node's children are
+    /// all pruned or stored, so none is unpruned; otherwise the slots written so far.
+    fn slots_before_change(&self) -> (u16, u16) {
+        (
+            if self.cached.get().is_some() {
+                0
+            } else {
+                self.dirty_slots
+            },
+            if self.has(PRUNED) {
+                0
+            } else {
+                self.unpruned_slots
+            },
+        )
+    }
+
+    /// About to change: its reference and store state no longer hold.
     fn touch(&mut self) {
-        if self.cached.take().is_some() {
-            self.dirty_slots = 0;
-        }
-        if self.has(PRUNED) {
-            self.unpruned_slots = 0;
-        }
+        (self.dirty_slots, self.unpruned_slots) = self.slots_before_change();
+        self.cached = OnceLock::new();
         *self.flags.get_mut() = 0;
     }
 
@@ -1385,10 +1399,7 @@ fn prune_mut<V: TrieValue>(
         Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep, dropped),
         Node::Branch { children } => {
             let mut left = 0;
-            let mut slots = cell.unpruned_slots;
-            while slots != 0 {
-                let i = slots.trailing_zeros() as usize;
-                slots &= slots - 1;
+            for i in slots_in(cell.unpruned_slots) {
                 if let Some(c) = &mut children[i] {
                     prune_mut(c, depth + 1, keep, dropped);
                     if matches!(c, Child::Mem(a) if !a.has(PRUNED)) {
@@ -1547,10 +1558,7 @@ fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -
             },
             Node::Branch { children } => {
                 let mut h = None;
-                let mut slots = cell.dirty_slots;
-                while slots != 0 {
-                    let i = slots.trailing_zeros() as usize;
-                    slots &= slots - 1;
+                for i in slots_in(cell.dirty_slots) {
                     let Some(Child::Mem(c)) = &children[i] else {
                         continue;
                     };
