@@ -67,14 +67,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Rows of layer 0 (the longest) per chunk, with few buckets and with many. Every list of
-/// the two live layers holds a partly filled chunk, half a chunk on average ([`Layer`]): 40
-/// rows of (200,9)'s 26-byte layers 0 and 1 make 1,044-byte chunks (1,024 lists: ~0.5 MB
+/// the two live layers holds a partly filled chunk, half a chunk on average ([`Layer`]): 56
+/// rows of (200,9)'s 26-byte layers 0 and 1 make 1,460-byte chunks (1,024 lists: ~0.75 MB
 /// partly filled), and those layers lose nothing to chunk ends (rows do not straddle chunks).
-/// Larger chunks mean fewer chunk ends to walk: 48 and 56 rows ran 1.5-3% faster (for
-/// +70 and +150 kB of pool), which `em`'s 60 MiB bound cannot spare. With 2^16 buckets
+/// Each chunk end costs the writer a new segment and the walks a link: 56 rows ran 4-8%
+/// faster than 40 (em/full in one process 0.90-0.94 against 0.87; session 17) for ~+150 kB
+/// of peak RSS; 64-80 rows gained no more and cost up to +400 kB. With 2^16 buckets
 /// ((144,5)'s wide plan) 40 rows would leave about 64 MiB in partly filled chunks, 13 rows
 /// of 19 bytes about 16 MiB (at 2% more chunk ends and links).
-const CHUNK_ROWS: usize = 40;
+const CHUNK_ROWS: usize = 56;
 const CHUNK_ROWS_MANY_BUCKETS: usize = 13;
 /// Trees go to the file in writes of whole aligned blocks of this size (the buffer holds a
 /// block and the trees of a bucket or two). The page cache then keeps the file in folios of
