@@ -175,20 +175,26 @@ pub fn run_paprika_rows(
         let t0 = Instant::now();
         let c0 = cpu();
         let mut block = db.begin(parent)?;
-        for (i, addr) in (0..).zip(addresses(n, 0, cfg.accounts_per_block)) {
-            block.set_account(
-                &addr,
-                Some(Account {
-                    nonce: 0,
-                    balance: u256(n),
-                    ..Default::default()
-                }),
-            );
+        // Eight accounts at a time, then their slots: the keys are hashed eight at a time,
+        // and the slots' writes find the accounts' trie paths still in cache (all accounts
+        // first, then all slots, walked every path twice from memory: block writes +10%).
+        let addrs = addresses(n, 0, cfg.accounts_per_block);
+        let account = Account {
+            nonce: 0,
+            balance: u256(n),
+            ..Default::default()
+        };
+        let mut slots = Vec::new();
+        for (g, group) in (0..).zip(addrs.chunks(8)) {
+            let accounts: Vec<_> = group.iter().map(|a| (*a, Some(account))).collect();
+            block.set_accounts(&accounts);
+            slots.clear();
             for s in 0..cfg.storage_per_account {
-                block
-                    .set_storage(&addr, &u256(s), &u256(n * 1_000_000 + i * 16 + s + 1))
-                    .map_err(DbError::from)?;
+                for (i, addr) in (8 * g..).zip(group) {
+                    slots.push((*addr, u256(s), u256(n * 1_000_000 + i * 16 + s + 1)));
+                }
             }
+            block.set_storages(&slots).map_err(DbError::from)?;
         }
         let t1 = Instant::now();
         let c1 = cpu();

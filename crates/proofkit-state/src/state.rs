@@ -22,7 +22,7 @@
 #![deny(unsafe_code)]
 
 use crate::account::{Account, AccountLeaf, StorageValue, U256};
-use crate::keccak::{keccak256, B256};
+use crate::keccak::{keccak256, keccak256_many, B256};
 use crate::store::Snapshot;
 use crate::trie::{
     decode_entry, decode_record, nibbles, record_children, Child, ChildEntry, LoadError,
@@ -581,6 +581,21 @@ impl Writer {
     /// Creates or updates an account (keeping its storage); `None` deletes it and its storage.
     pub fn set_account(&mut self, addr: &Address, account: Option<Account>) {
         let haddr = self.hash_address(addr);
+        self.set_account_at(haddr, account);
+    }
+
+    /// [`Writer::set_account`] for each account in turn, the addresses hashed eight at a
+    /// time (a block's writes are known together; one Keccak-f at a time was ~5% of a
+    /// block's writes in the Paprika benchmark).
+    pub fn set_accounts(&mut self, accounts: &[(Address, Option<Account>)]) {
+        let addrs: Vec<&[u8]> = accounts.iter().map(|(a, _)| &a[..]).collect();
+        for ((addr, account), haddr) in accounts.iter().zip(keccak256_many(&addrs)) {
+            self.last = Some((*addr, haddr));
+            self.set_account_at(haddr, *account);
+        }
+    }
+
+    fn set_account_at(&mut self, haddr: B256, account: Option<Account>) {
         if let Err(e) = self.state.set_account_hashed(&haddr, account) {
             self.error.get_or_insert(e);
             return;
@@ -609,6 +624,37 @@ impl Writer {
                 h
             }
         };
+        self.set_storage_at(haddr, hslot, value)
+    }
+
+    /// [`Writer::set_storage`] for each `(address, slot, value)` in turn, addresses and slots
+    /// hashed eight at a time (a slot equal to the one before it is hashed once); stops at
+    /// the first write that fails and returns its error, the writes before it applied.
+    pub fn set_storages(&mut self, writes: &[(Address, B256, U256)]) -> Result<(), StateError> {
+        let addrs: Vec<&[u8]> = writes.iter().map(|(a, _, _)| &a[..]).collect();
+        let haddrs = keccak256_many(&addrs);
+        // The slots that differ from the one before (runs of one slot are common: slot 0 of
+        // many accounts), hashed together.
+        let mut runs: Vec<&[u8]> = Vec::new();
+        for (i, (_, slot, _)) in writes.iter().enumerate() {
+            if i == 0 || writes[i - 1].1 != *slot {
+                runs.push(slot);
+            }
+        }
+        let mut hslots = keccak256_many(&runs).into_iter();
+        let mut hslot = [0u8; 32];
+        for (i, ((addr, slot, value), haddr)) in writes.iter().zip(haddrs).enumerate() {
+            if i == 0 || writes[i - 1].1 != *slot {
+                hslot = hslots.next().expect("one hash per run");
+            }
+            self.last = Some((*addr, haddr));
+            self.last_slot = Some((*slot, hslot));
+            self.set_storage_at(haddr, hslot, value)?;
+        }
+        Ok(())
+    }
+
+    fn set_storage_at(&mut self, haddr: B256, hslot: B256, value: &U256) -> Result<(), StateError> {
         if let Err(e) = self.state.set_storage_hashed(&haddr, &hslot, value) {
             if matches!(e, StateError::Store(_)) {
                 self.error.get_or_insert(e.clone());
