@@ -96,9 +96,7 @@ pub fn addresses(block: u64, from: u64, to: u64) -> Vec<Address> {
         })
         .collect();
     let msgs: Vec<&[u8]> = seeds.iter().map(|s| &s[..]).collect();
-    let mut hashes = vec![[0u8; 32]; msgs.len()];
-    crate::keccak_x8::keccak256_batch(&msgs, &mut hashes);
-    hashes
+    crate::keccak::keccak256_many(&msgs)
         .iter()
         .map(|h| h[..20].try_into().expect("20 bytes"))
         .collect()
@@ -184,9 +182,10 @@ pub fn run_paprika_rows(
             balance: u256(n),
             ..Default::default()
         };
-        let mut slots = Vec::new();
+        let (mut accounts, mut slots) = (Vec::new(), Vec::new());
         for (g, group) in (0..).zip(addrs.chunks(8)) {
-            let accounts: Vec<_> = group.iter().map(|a| (*a, Some(account))).collect();
+            accounts.clear();
+            accounts.extend(group.iter().map(|a| (*a, Some(account))));
             block.set_accounts(&accounts);
             slots.clear();
             for s in 0..cfg.storage_per_account {

@@ -484,8 +484,7 @@ impl Db {
     /// are in the order of `addrs`. The larger the batch, the more of its keys share pages.
     pub fn stored_accounts(&self, addrs: &[Address]) -> Result<Vec<Option<Account>>, DbError> {
         let msgs: Vec<&[u8]> = addrs.iter().map(|a| &a[..]).collect();
-        let mut keys = vec![[0u8; 32]; addrs.len()];
-        crate::keccak_x8::keccak256_batch(&msgs, &mut keys);
+        let keys = crate::keccak::keccak256_many(&msgs);
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         let mut found = vec![None; addrs.len()];
         let mut bad = None;

@@ -590,8 +590,8 @@ impl Writer {
     pub fn set_accounts(&mut self, accounts: &[(Address, Option<Account>)]) {
         let addrs: Vec<&[u8]> = accounts.iter().map(|(a, _)| &a[..]).collect();
         for ((addr, account), haddr) in accounts.iter().zip(keccak256_many(&addrs)) {
-            self.last = Some((*addr, haddr));
             self.set_account_at(haddr, *account);
+            self.last = Some((*addr, haddr));
         }
     }
 
@@ -633,23 +633,22 @@ impl Writer {
     pub fn set_storages(&mut self, writes: &[(Address, B256, U256)]) -> Result<(), StateError> {
         let addrs: Vec<&[u8]> = writes.iter().map(|(a, _, _)| &a[..]).collect();
         let haddrs = keccak256_many(&addrs);
-        // The slots that differ from the one before (runs of one slot are common: slot 0 of
-        // many accounts), hashed together.
-        let mut runs: Vec<&[u8]> = Vec::new();
-        for (i, (_, slot, _)) in writes.iter().enumerate() {
-            if i == 0 || writes[i - 1].1 != *slot {
-                runs.push(slot);
-            }
-        }
+        // Only a slot that differs from the one before is hashed (runs of one slot are
+        // common: slot 0 of many accounts).
+        let starts_run = |i: usize| i == 0 || writes[i - 1].1 != writes[i].1;
+        let runs: Vec<&[u8]> = (0..writes.len())
+            .filter(|&i| starts_run(i))
+            .map(|i| &writes[i].1[..])
+            .collect();
         let mut hslots = keccak256_many(&runs).into_iter();
         let mut hslot = [0u8; 32];
         for (i, ((addr, slot, value), haddr)) in writes.iter().zip(haddrs).enumerate() {
-            if i == 0 || writes[i - 1].1 != *slot {
+            if starts_run(i) {
                 hslot = hslots.next().expect("one hash per run");
             }
+            self.set_storage_at(haddr, hslot, value)?;
             self.last = Some((*addr, haddr));
             self.last_slot = Some((*slot, hslot));
-            self.set_storage_at(haddr, hslot, value)?;
         }
         Ok(())
     }

@@ -1501,9 +1501,7 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
                     .map(node)
                     .filter(|e| e.len() >= 32)
                     .collect();
-                let mut hashes = vec![[0u8; 32]; long.len()];
-                crate::keccak_x8::keccak256_batch(&long, &mut hashes);
-                let mut h = hashes.into_iter();
+                let mut h = crate::keccak::keccak256_many(&long).into_iter();
                 (0..chunk.len())
                     .map(|i| {
                         let e = node(i);
