@@ -339,6 +339,59 @@ impl Cache {
     }
 }
 
+impl Cache {
+    /// The dataset items numbered `items` into `out` (one per item), all computed together:
+    /// light-mode batches ask for the current items of many VMs at once. Batches of eight run
+    /// in lanes of the AVX-512 programs where available, up to four batches in turn per step
+    /// (each batch's cache lines arrive while the others compute; a short last batch repeats
+    /// its first item in the spare lanes), else sixteen interleaved scalar items at a time.
+    pub fn dataset_items_many(&self, items: &[u64], out: &mut [[u64; 8]]) {
+        assert_eq!(items.len(), out.len(), "one output per item");
+        debug_assert!(self.is_initialized());
+        #[cfg(target_arch = "x86_64")]
+        if let Some(vector) = &self.vector {
+            use crate::jit::superscalar_avx512::Lanes8;
+            let words = self.words();
+            let mut lanes: [Lanes8; VECTOR_GROUP_ITEMS / 8] = Default::default();
+            for (group, dst) in items
+                .chunks(VECTOR_GROUP_ITEMS)
+                .zip(out.chunks_mut(VECTOR_GROUP_ITEMS))
+            {
+                let batches = group.len().div_ceil(8);
+                for (b, l) in lanes.iter_mut().take(batches).enumerate() {
+                    let batch = &group[8 * b..group.len().min(8 * b + 8)];
+                    for k in 0..8 {
+                        let n = *batch.get(k).unwrap_or(&batch[0]);
+                        let r0 = n.wrapping_add(1).wrapping_mul(ITEM_MUL);
+                        l.r[0][k] = r0;
+                        for j in 1..8 {
+                            l.r[j][k] = r0 ^ ITEM_XOR[j - 1];
+                        }
+                        l.index[k] = (n % CACHE_ITEM_COUNT) * 8;
+                        proofkit_core::memory::prefetch_read(&words[l.index[k] as usize]);
+                    }
+                }
+                for i in 0..self.programs.len() {
+                    for l in lanes.iter_mut().take(batches) {
+                        vector.step(i, l, words);
+                    }
+                }
+                for (k, item) in dst.iter_mut().enumerate() {
+                    let l = &lanes[k / 8];
+                    *item = std::array::from_fn(|j| l.r[j][k % 8]);
+                }
+            }
+            return;
+        }
+        const N: usize = SCALAR_BATCH_ITEMS;
+        for (batch, dst) in items.chunks(N).zip(out.chunks_mut(N)) {
+            let numbers: [u64; N] = std::array::from_fn(|k| *batch.get(k).unwrap_or(&batch[0]));
+            let values = self.dataset_items_at(numbers);
+            dst.copy_from_slice(&values[..dst.len()]);
+        }
+    }
+}
+
 /// Items per group of the vector build: four batches of eight lanes.
 pub const VECTOR_GROUP_ITEMS: usize = 32;
 
@@ -402,6 +455,31 @@ mod tests {
                     "item {}",
                     first + k
                 );
+            }
+        }
+    }
+
+    /// Light-mode batches: any count of scattered items (short batches padded, several groups)
+    /// equals single items; the same cache through the scalar path when the vector one runs.
+    #[test]
+    fn dataset_items_many_equals_single_items() {
+        let cache = Cache::new(b"many items", PagePolicy::Transparent).unwrap();
+        if !cache.superscalar_vector() {
+            eprintln!("skipped: CPU lacks AVX-512F/DQ (vector lanes); scalar path checked only");
+        }
+        let last = crate::config::DATASET_ITEM_COUNT - 1;
+        for count in [0usize, 1, 2, 7, 9, 16, 17, 33, 70] {
+            // Scattered items, the dataset's last one at the end.
+            let items: Vec<u64> = (1..=count as u64)
+                .map(|k| match k == count as u64 {
+                    true => last,
+                    false => k.wrapping_mul(0x9E37_79B9_7F4A_7C15) % last,
+                })
+                .collect();
+            let mut out = vec![[0u64; 8]; count];
+            cache.dataset_items_many(&items, &mut out);
+            for (item, value) in items.iter().zip(&out) {
+                assert_eq!(*value, cache.dataset_item(*item), "item {item} of {count}");
             }
         }
     }

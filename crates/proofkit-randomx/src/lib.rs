@@ -44,6 +44,7 @@ pub use cache::Cache;
 pub use config::Version;
 pub use dataset::Dataset;
 pub use proofkit_core::memory::{PageKind, PagePolicy};
+pub use vm::light_batch::{LightBatch, DEFAULT_VMS as LIGHT_BATCH_VMS};
 pub use vm::{DatasetSource, JitRounding, Vm, VmOptions};
 
 /// Errors of the RandomX library.
@@ -59,6 +60,10 @@ pub enum Error {
     ItemRange { start: u64, count: u64 },
     #[error("hash_next/hash_last called without a pending hash_first")]
     NoPendingHash,
+    #[error("a light-mode batch needs at least one VM")]
+    EmptyBatch,
+    #[error("coroutine stack: {0}")]
+    CoroutineStack(String),
 }
 
 /// The commitment of RandomX v2's API: `Blake2b-256(input || hash)`.

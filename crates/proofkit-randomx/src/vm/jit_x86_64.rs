@@ -1044,7 +1044,7 @@ unsafe extern "sysv64" fn light_item(
             Some((i, v)) if i == item => v,
             _ => {
                 let next = (ctx.dataset_offset + next_address) / 64;
-                let [v, w] = ctx.cache.dataset_item_pair(item, next);
+                let [v, w] = super::light_batch::item_pair(ctx.cache, item, next);
                 ctx.ahead.set(Some((next, w)));
                 v
             }

@@ -8,6 +8,7 @@ pub mod float;
 pub mod interpreter;
 #[cfg(target_arch = "x86_64")]
 pub mod jit_x86_64;
+pub mod light_batch;
 
 use crate::aes::Aes;
 use crate::blake::{hash256, hash512};
@@ -41,7 +42,7 @@ impl DatasetSource {
     pub(crate) fn xor_item(&self, item: u64, r: &mut [u64; 9]) {
         match self {
             DatasetSource::Light(c) => {
-                let it = c.dataset_item(item);
+                let it = light_batch::item(c, item);
                 for i in 0..8 {
                     r[i] ^= it[i];
                 }
