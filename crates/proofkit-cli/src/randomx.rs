@@ -10,7 +10,8 @@ use proofkit_core::peak;
 use proofkit_core::report::{median, Report};
 use proofkit_randomx::peer::{LibRandomx, FLAG_FULL_MEM, FLAG_LARGE_PAGES, FLAG_V2};
 use proofkit_randomx::{
-    Aes, Cache, Dataset, DatasetSource, PageKind, PagePolicy, Version, Vm, VmOptions,
+    Aes, Cache, Dataset, DatasetSource, LightBatch, PageKind, PagePolicy, Version, Vm, VmOptions,
+    LIGHT_BATCH_VMS,
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -159,7 +160,7 @@ pub fn run(args: Args) -> CliResult {
         Cmd::Analyze(a) => crate::randomx_analyze::run(a),
         Cmd::BenchOne(a) => {
             let v = match a.implementation.as_str() {
-                "proofkit" => bench_proofkit(&a)?,
+                "proofkit" | LIGHT_BATCH_IMPL => bench_proofkit(&a)?,
                 "librandomx" => bench_peer(&a)?,
                 other => return Err(format!("unknown implementation {other}").into()),
             };
@@ -303,6 +304,42 @@ fn run_threads<V: Send>(
     (t.elapsed().as_secs_f64(), per * threads as u64)
 }
 
+/// The light-mode row with a [`LightBatch`] of [`LIGHT_BATCH_VMS`] VMs per thread.
+const LIGHT_BATCH_IMPL: &str = "proofkit-batch";
+
+/// Hashes `hashes` inputs on `threads` pinned threads, each hashing its share through one
+/// `LightBatch` in calls of `per_call` inputs (the blobs `run_threads` uses). Returns the wall
+/// time and the number of hashes.
+fn run_batches(
+    threads: usize,
+    hashes: u64,
+    per_call: usize,
+    make_batch: impl Fn() -> LightBatch,
+) -> (f64, u64) {
+    let per = hashes.div_ceil(threads as u64).max(1);
+    let batches: Vec<LightBatch> = (0..threads).map(|_| make_batch()).collect();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for (i, mut batch) in batches.into_iter().enumerate() {
+            s.spawn(move || {
+                proofkit_core::affinity::pin_current_thread(i);
+                let blobs: Vec<[u8; 76]> = (0..per)
+                    .map(|n| {
+                        let mut blob = [0u8; 76];
+                        blob[0] = i as u8;
+                        blob[39..47].copy_from_slice(&n.to_le_bytes());
+                        blob
+                    })
+                    .collect();
+                for call in blobs.chunks(per_call) {
+                    std::hint::black_box(batch.hash_many(call));
+                }
+            });
+        }
+    });
+    (t.elapsed().as_secs_f64(), per * threads as u64)
+}
+
 fn bench_proofkit(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
     let uss = peak::UssSampler::start(std::time::Duration::from_millis(20));
     let key = b"proofkit benchmark key";
@@ -327,22 +364,29 @@ fn bench_proofkit(a: &BenchOneArgs) -> Result<Value, Box<dyn std::error::Error +
         pages: a.pages.policy(),
         ..Default::default()
     };
-    let (secs, hashes) = run_threads(
-        a.threads,
-        a.hashes,
-        |_| Vm::new(source.clone(), opts).expect("vm"),
-        |vm, b, step| match step {
-            Batch::First => vm.hash_first(b),
-            Batch::Next => {
-                std::hint::black_box(vm.hash_next(b).expect("batch started"));
-            }
-            Batch::Last => {
-                std::hint::black_box(vm.hash_last().expect("batch started"));
-            }
-        },
-    );
+    let (secs, hashes) = match &source {
+        DatasetSource::Light(cache) if a.implementation == LIGHT_BATCH_IMPL => {
+            run_batches(a.threads, a.hashes, 4 * LIGHT_BATCH_VMS, || {
+                LightBatch::new(cache.clone(), opts, LIGHT_BATCH_VMS).expect("light batch")
+            })
+        }
+        _ => run_threads(
+            a.threads,
+            a.hashes,
+            |_| Vm::new(source.clone(), opts).expect("vm"),
+            |vm, b, step| match step {
+                Batch::First => vm.hash_first(b),
+                Batch::Next => {
+                    std::hint::black_box(vm.hash_next(b).expect("batch started"));
+                }
+                Batch::Last => {
+                    std::hint::black_box(vm.hash_last().expect("batch started"));
+                }
+            },
+        ),
+    };
     Ok(json!({
-        "impl": "proofkit",
+        "impl": a.implementation,
         "cache_init_s": cache_s,
         "dataset_init_s": dataset_s,
         "hashes": hashes,
@@ -479,6 +523,9 @@ fn bench_report(
     quiet: bool,
 ) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
     let mut impls = vec!["proofkit"];
+    if mode == Mode::Light {
+        impls.push(LIGHT_BATCH_IMPL);
+    }
     let mut report = Report::new(
         "randomx",
         &[
