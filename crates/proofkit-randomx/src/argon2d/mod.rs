@@ -151,12 +151,24 @@ pub fn fill_with(blocks: &mut [Block], password: &[u8], compress: CompressFn) {
                 }
             }
         };
+        // The block written WRITE_AHEAD blocks from now: read back and XORed after the first
+        // pass, and in the first pass its lines must still be fetched before the stores can
+        // complete. Its address is known long before, but the hardware prefetcher does not
+        // keep up with one block per ~300 ns beside the random reference reads.
+        let ahead = base.wrapping_add((cur + WRITE_AHEAD) % ARGON_MEMORY) as *const u8;
+        for line in 0..16 {
+            proofkit_core::memory::prefetch_address(ahead, 64 * line);
+        }
         let (out, x, y) = three(blocks, cur, prev, refi);
         compress(out, x, y, pass > 0, &mut first_word);
         refi = next_refi;
     }
 }
 
+/// How many blocks ahead of the one being computed the fill prefetches the block it will write.
+/// CPU time of the 256 MiB fill here (`argon2_timing`, best of 3): no prefetch 0.262-0.271 s;
+/// after the first pass only, 1-8 ahead 0.240-0.253 s; in every pass, 2-16 ahead 0.221-0.234 s.
+const WRITE_AHEAD: usize = 4;
 const SEGMENT_LENGTH: usize = ARGON_MEMORY / SYNC_POINTS;
 
 /// The reference block of the block at `(pass, slice, index)` (RFC 9106 3.4.1.1-3.4.1.3, one
