@@ -18,6 +18,10 @@ One-call helpers: :func:`hash` (key, data, v2) and the pyrx-style :func:`get_rx_
 keep the caches of the two most recent keys (512 MiB) and make a VM per call (a 2 MiB
 scratchpad and JIT buffer): for a stream of hashes, such as a pool verifying shares, keep a
 :class:`VM` per thread instead.
+
+:class:`LightBatch` (``LightBatch(flags, cache, vms=4).hash_many(inputs)``) hashes a list of
+inputs in light mode with several VMs on one thread, their dataset items computed together in
+vector lanes: about twice the throughput of one VM, for verifying many blocks of one key.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ._proofkit import randomx as _native
 Cache = _native.Cache
 Dataset = _native.Dataset
 VM = _native.VM
+LightBatch = _native.LightBatch
 get_flags = _native.get_flags
 dataset_item_count = _native.dataset_item_count
 commitment = _native.commitment
@@ -117,6 +122,7 @@ __all__ = [
     "Cache",
     "Dataset",
     "VM",
+    "LightBatch",
     "get_flags",
     "dataset_item_count",
     "commitment",

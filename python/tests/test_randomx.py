@@ -11,7 +11,7 @@ import pytest
 
 from conftest import field_bytes
 from proofkit import RandomxError, randomx
-from proofkit.randomx import FLAG_FULL_MEM, FLAG_V2, VM, Cache, Dataset, get_flags
+from proofkit.randomx import FLAG_FULL_MEM, FLAG_V2, VM, Cache, Dataset, LightBatch, get_flags
 
 FLAGS = get_flags()
 
@@ -275,3 +275,38 @@ def test_fast_mode_shared_dataset(rx_vectors, rx_cache):
         d.init(cache, 0, 10)
     assert e.value.kind == "InUse"
     del vm
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
+def test_light_batch_equals_vm(rx_vectors, rx_cache, v2):
+    """LightBatch against one VM on random inputs (more and fewer than its VMs) and the vectors."""
+    v = rx_vectors["hashes"][0]
+    cache = rx_cache(field_bytes(v, "key"))
+    flags = FLAGS | (FLAG_V2 if v2 else 0)
+    rng = random.Random(5)
+    inputs = [rng.randbytes(rng.choice([0, 43, 76, 150])) for _ in range(6)]
+    vm = VM(flags, cache=cache)
+    want = [vm.hash(i) for i in inputs]
+    batch = LightBatch(flags, cache, vms=4)
+    assert batch.vms == 4 and batch.flags == flags
+    assert batch.hash_many(inputs) == want
+    assert batch.hash_many([bytearray(inputs[0]), memoryview(inputs[1])]) == want[:2]
+    assert batch.hash_many([]) == []
+    cases = [h for h in rx_vectors["hashes"] if field_bytes(h, "key") == field_bytes(v, "key")]
+    got = LightBatch(flags, cache).hash_many([field_bytes(h, "input") for h in cases])
+    assert [g.hex() for g in got] == [h["v2" if v2 else "v1"] for h in cases]
+
+
+def test_light_batch_bad_input(rx_vectors, rx_cache):
+    cache = rx_cache(field_bytes(rx_vectors["hashes"][0], "key"))
+    with pytest.raises(RandomxError):
+        LightBatch(FLAGS, cache, vms=0)
+    with pytest.raises(ValueError):
+        LightBatch(FLAGS | FLAG_FULL_MEM, cache)
+    with pytest.raises(ValueError):
+        LightBatch(1 << 12, cache)
+    batch = LightBatch(FLAGS, cache, vms=2)
+    with pytest.raises(TypeError):
+        batch.hash_many(["text, not bytes"])
+    with pytest.raises(TypeError):
+        batch.hash_many(b"not a list of inputs")

@@ -11,7 +11,8 @@
 use crate::{bytes_arg, detached, error, fixed_arg};
 use proofkit_randomx::config::DATASET_ITEM_COUNT;
 use proofkit_randomx::{
-    Aes, Cache, Dataset, DatasetSource, Error, PagePolicy, Version, Vm, VmOptions,
+    Aes, Cache, Dataset, DatasetSource, Error, LightBatch, PagePolicy, Version, Vm, VmOptions,
+    LIGHT_BATCH_VMS,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -37,6 +38,8 @@ fn rx_error(py: Python<'_>, e: Error) -> PyErr {
         Error::CacheNotInitialized => "CacheNotInitialized",
         Error::ItemRange { .. } => "ItemRange",
         Error::NoPendingHash => "NoPendingHash",
+        Error::EmptyBatch => "EmptyBatch",
+        Error::CoroutineStack(_) => "CoroutineStack",
     };
     error(py, "RandomxError", e.to_string(), kind, &[])
 }
@@ -353,19 +356,7 @@ impl PyVm {
     ) -> PyResult<Self> {
         let flags = check_flags(flags)?;
         let src = source(py, flags, cache, dataset)?;
-        let opts = VmOptions {
-            version: version(flags),
-            aes: if flags & FLAG_HARD_AES != 0 {
-                Aes::detect()
-            } else {
-                Aes::Software
-            },
-            pages: pages(flags),
-            jit: flags & FLAG_JIT != 0,
-            secure: flags & FLAG_SECURE != 0,
-            ..Default::default()
-        };
-        let vm = Vm::new(src, opts).map_err(|e| rx_error(py, e))?;
+        let vm = Vm::new(src, vm_options(flags)).map_err(|e| rx_error(py, e))?;
         Ok(PyVm {
             flags,
             inner: Mutex::new(vm),
@@ -456,6 +447,79 @@ impl PyVm {
             if self.fast() { "fast" } else { "light" },
             if self.v2() { "v2" } else { "v1" }
         )
+    }
+}
+
+fn vm_options(flags: u32) -> VmOptions {
+    VmOptions {
+        version: version(flags),
+        aes: if flags & FLAG_HARD_AES != 0 {
+            Aes::detect()
+        } else {
+            Aes::Software
+        },
+        pages: pages(flags),
+        jit: flags & FLAG_JIT != 0,
+        secure: flags & FLAG_SECURE != 0,
+        ..Default::default()
+    }
+}
+
+/// Several light-mode VMs hashing a list of inputs together on one thread (their dataset items
+/// computed in vector lanes): about twice one VM's throughput, each hash no sooner.
+#[pyclass(module = "proofkit.randomx", name = "LightBatch", frozen)]
+pub struct PyLightBatch {
+    flags: u32,
+    inner: Mutex<LightBatch>,
+}
+
+#[pymethods]
+impl PyLightBatch {
+    #[new]
+    #[pyo3(signature = (flags, cache, vms = LIGHT_BATCH_VMS))]
+    fn new(py: Python<'_>, flags: u32, cache: &PyCache, vms: usize) -> PyResult<Self> {
+        let flags = check_flags(flags)?;
+        if flags & FLAG_FULL_MEM != 0 {
+            return Err(PyValueError::new_err(
+                "LightBatch is light mode: FLAG_FULL_MEM does not apply",
+            ));
+        }
+        let batch =
+            LightBatch::new(cache.get(py)?, vm_options(flags), vms).map_err(|e| rx_error(py, e))?;
+        Ok(PyLightBatch {
+            flags,
+            inner: Mutex::new(batch),
+        })
+    }
+
+    /// The 32-byte RandomX hash of every input, in order.
+    fn hash_many<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let inputs = inputs
+            .iter()
+            .map(|i| bytes_arg(i, "input"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let inner = &self.inner;
+        let out = detached(py, || lock(inner).hash_many(&inputs))?;
+        Ok(out.iter().map(|h| PyBytes::new(py, h)).collect())
+    }
+
+    /// VMs in the batch (inputs hashed at once).
+    #[getter]
+    fn vms(&self) -> usize {
+        lock(&self.inner).vms()
+    }
+
+    #[getter]
+    fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    fn __repr__(&self) -> String {
+        format!("LightBatch(flags={}, vms={})", self.flags, self.vms())
     }
 }
 
@@ -562,6 +626,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCache>()?;
     m.add_class::<PyDataset>()?;
     m.add_class::<PyVm>()?;
+    m.add_class::<PyLightBatch>()?;
     m.add_function(wrap_pyfunction!(get_flags, m)?)?;
     m.add_function(wrap_pyfunction!(dataset_item_count, m)?)?;
     m.add_function(wrap_pyfunction!(commitment, m)?)?;

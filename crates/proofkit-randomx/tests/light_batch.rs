@@ -165,3 +165,11 @@ fn set_mxcsr(v: u32) {
     // SAFETY: ldmxcsr reads 4 bytes; `v` is a value mxcsr() returned with only RC changed.
     unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v) };
 }
+
+/// A batch moves between threads (a Python object, a worker pool): it holds no coroutine
+/// between calls, only VMs and unused stacks.
+#[test]
+fn batch_is_send() {
+    fn send<T: Send>() {}
+    send::<LightBatch>();
+}
