@@ -1,8 +1,10 @@
-//! The hashing engine: one RandomX VM per worker thread, all reading one shared Cache (light
-//! mode) or Dataset (fast mode).
+//! The hashing engine: per worker thread one RandomX VM reading the shared Dataset (fast mode),
+//! or a `LightBatch` of several VMs reading the shared Cache (light mode: their dataset items
+//! computed together, about twice one VM's throughput).
 //!
 //! A new job is published by swapping an `Arc<Work>` and bumping a generation counter that each
-//! worker reads before every hash, so a job switch costs at most the hash in flight. A new seed
+//! worker reads before every hash (light mode: every group of `LIGHT_BATCH_VMS` hashes), so a
+//! job switch costs at most the hashes in flight. A new seed
 //! hash first re-keys a Cache (about a second of Argon2d; the workers idle meanwhile because every
 //! hash of the old key is stale), then mining resumes at once in light mode while the fast-mode
 //! Dataset for the new key is built on background threads; the workers move onto it when it is
@@ -10,7 +12,9 @@
 
 use crate::job::Job;
 use crate::Error;
-use proofkit_randomx::{Cache, Dataset, DatasetSource, PageKind, PagePolicy, Vm, VmOptions};
+use proofkit_randomx::{
+    Cache, Dataset, DatasetSource, LightBatch, PageKind, PagePolicy, Vm, VmOptions, LIGHT_BATCH_VMS,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, RwLock};
@@ -349,6 +353,9 @@ fn spawn_dataset_build(sh: Arc<Shared>, cache: Arc<Cache>, seed: [u8; 32], epoch
 fn worker(sh: &Shared) {
     let found_tx = sh.found.lock().expect("found lock").clone();
     let mut vm: Option<Vm> = None;
+    // Light mode hashes through a LightBatch (about twice one VM's throughput): several nonces
+    // at a time, so a job switch waits for one group of LIGHT_BATCH_VMS hashes.
+    let mut batch: Option<LightBatch> = None;
     let mut seen = u64::MAX;
     let mut work: Option<Arc<Work>> = None;
     let mut blob = Vec::new();
@@ -357,8 +364,44 @@ fn worker(sh: &Shared) {
         if g != seen {
             seen = g;
             work = sh.work.read().expect("work lock").clone();
+            if work.is_none() {
+                // Let go of the cache at once, so that a new key can re-key it in place.
+                batch = None;
+            }
             if let Some(w) = work.clone() {
                 let version = w.job.algo.version();
+                if let DatasetSource::Light(cache) = &w.source {
+                    let same = batch
+                        .as_ref()
+                        .is_some_and(|b| Arc::ptr_eq(b.cache(), cache) && b.version() == version);
+                    if !same {
+                        let opts = VmOptions {
+                            version,
+                            pages: sh.cfg.pages,
+                            ..Default::default()
+                        };
+                        batch = None;
+                        match LightBatch::new(cache.clone(), opts, LIGHT_BATCH_VMS) {
+                            Ok(b) => {
+                                let mut info = sh.info.lock().expect("info lock");
+                                // One entry per worker (its batch or its VM).
+                                if info.scratchpad_pages.len() < sh.cfg.threads {
+                                    info.scratchpad_pages.push(b.scratchpad_pages());
+                                }
+                                batch = Some(b);
+                            }
+                            Err(e) => eprintln!("worker: cannot create a light-mode batch: {e}"),
+                        }
+                    }
+                    // The fast-mode VM, if any, would keep the old dataset alive.
+                    vm = None;
+                    blob.clone_from(&w.job.blob);
+                    if batch.is_none() {
+                        work = None;
+                    }
+                    continue;
+                }
+                batch = None;
                 let ready = match vm.as_mut() {
                     Some(v) => {
                         let ok = v.set_source(w.source.clone()).is_ok();
@@ -373,11 +416,11 @@ fn worker(sh: &Shared) {
                         };
                         match Vm::new(w.source.clone(), opts) {
                             Ok(v) => {
-                                sh.info
-                                    .lock()
-                                    .expect("info lock")
-                                    .scratchpad_pages
-                                    .push(v.scratchpad_pages());
+                                let mut info = sh.info.lock().expect("info lock");
+                                if info.scratchpad_pages.len() < sh.cfg.threads {
+                                    info.scratchpad_pages.push(v.scratchpad_pages());
+                                }
+                                drop(info);
                                 vm = Some(v);
                                 true
                             }
@@ -393,6 +436,34 @@ fn worker(sh: &Shared) {
                     work = None;
                 }
             }
+        }
+        if let (Some(w), Some(b)) = (work.as_ref(), batch.as_mut()) {
+            let start = w.next_nonce.fetch_add(CHUNK, Ordering::Relaxed);
+            if start > u32::MAX as u64 {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let end = (start + CHUNK).min(1 << 32);
+            let mut n = start;
+            while n < end && sh.generation.load(Ordering::Relaxed) == seen {
+                let group = n..(n + LIGHT_BATCH_VMS as u64).min(end);
+                let blobs: Vec<Vec<u8>> = group
+                    .clone()
+                    .map(|k| w.job.blob_with_nonce(k as u32))
+                    .collect();
+                for (k, h) in group.clone().zip(b.hash_many(&blobs)) {
+                    sh.hashes.fetch_add(1, Ordering::Relaxed);
+                    if w.job.goal.is_met_by(&h) {
+                        let _ = found_tx.send(Found {
+                            job: w.job.clone(),
+                            nonce: k as u32,
+                            hash: h,
+                        });
+                    }
+                }
+                n = group.end;
+            }
+            continue;
         }
         let (Some(w), Some(v)) = (work.as_ref(), vm.as_mut()) else {
             std::thread::sleep(Duration::from_millis(10));

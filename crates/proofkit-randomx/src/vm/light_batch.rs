@@ -151,6 +151,21 @@ impl LightBatch {
         self.last_call
     }
 
+    /// The cache the VMs read.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    /// The RandomX version the VMs hash.
+    pub fn version(&self) -> crate::config::Version {
+        self.vms[0].version()
+    }
+
+    /// The page size of the VMs' scratchpads.
+    pub fn scratchpad_pages(&self) -> proofkit_core::memory::PageKind {
+        self.vms[0].scratchpad_pages()
+    }
+
     /// True when the VMs run compiled programs.
     pub fn uses_jit(&self) -> bool {
         self.vms[0].uses_jit()
