@@ -352,6 +352,17 @@ fn spawn_dataset_build(sh: Arc<Shared>, cache: Arc<Cache>, seed: [u8; 32], epoch
 
 fn worker(sh: &Shared) {
     let found_tx = sh.found.lock().expect("found lock").clone();
+    // Counts a hash of `nonce` and sends it on when it meets the job's goal.
+    let report = |w: &Work, nonce: u64, hash: [u8; 32]| {
+        sh.hashes.fetch_add(1, Ordering::Relaxed);
+        if w.job.goal.is_met_by(&hash) {
+            let _ = found_tx.send(Found {
+                job: w.job.clone(),
+                nonce: nonce as u32,
+                hash,
+            });
+        }
+    };
     let mut vm: Option<Vm> = None;
     // Light mode hashes through a LightBatch (about twice one VM's throughput): several nonces
     // at a time, so a job switch waits for one group of LIGHT_BATCH_VMS hashes.
@@ -452,14 +463,7 @@ fn worker(sh: &Shared) {
                     .map(|k| w.job.blob_with_nonce(k as u32))
                     .collect();
                 for (k, h) in group.clone().zip(b.hash_many(&blobs)) {
-                    sh.hashes.fetch_add(1, Ordering::Relaxed);
-                    if w.job.goal.is_met_by(&h) {
-                        let _ = found_tx.send(Found {
-                            job: w.job.clone(),
-                            nonce: k as u32,
-                            hash: h,
-                        });
-                    }
+                    report(w, k, h);
                 }
                 n = group.end;
             }
@@ -488,15 +492,7 @@ fn worker(sh: &Shared) {
             } else {
                 v.hash_last()
             };
-            let h = h.expect("a hash is pending");
-            sh.hashes.fetch_add(1, Ordering::Relaxed);
-            if w.job.goal.is_met_by(&h) {
-                let _ = found_tx.send(Found {
-                    job: w.job.clone(),
-                    nonce: n as u32,
-                    hash: h,
-                });
-            }
+            report(w, n, h.expect("a hash is pending"));
             if next >= end || sh.generation.load(Ordering::Relaxed) != seen {
                 // A hash started by hash_next for the old job is simply abandoned: the next
                 // hash_first starts over.

@@ -260,27 +260,15 @@ impl Cache {
         #[cfg(target_arch = "x86_64")]
         if let Some(vector) = &self.vector {
             use crate::jit::superscalar_avx512::Lanes8;
-            let words = self.words();
             let mut groups = rest.chunks_exact_mut(8 * VECTOR_GROUP_ITEMS);
             let mut lanes: [Lanes8; VECTOR_GROUP_ITEMS / 8] = Default::default();
             for group in &mut groups {
                 for (b, l) in lanes.iter_mut().enumerate() {
                     for k in 0..8 {
-                        let n = item + (8 * b + k) as u64;
-                        let r0 = n.wrapping_add(1).wrapping_mul(ITEM_MUL);
-                        l.r[0][k] = r0;
-                        for j in 1..8 {
-                            l.r[j][k] = r0 ^ ITEM_XOR[j - 1];
-                        }
-                        l.index[k] = (n % CACHE_ITEM_COUNT) * 8;
-                        proofkit_core::memory::prefetch_read(&words[l.index[k] as usize]);
+                        start_lane(l, k, item + (8 * b + k) as u64);
                     }
                 }
-                for i in 0..self.programs.len() {
-                    for l in lanes.iter_mut() {
-                        vector.step(i, l, words);
-                    }
-                }
+                self.run_lanes(vector, &mut lanes);
                 for (b, l) in lanes.iter().enumerate() {
                     for k in 0..8 {
                         let dst = &mut group[8 * (8 * b + k)..8 * (8 * b + k + 1)];
@@ -321,13 +309,7 @@ impl Cache {
             let mut l = Lanes8::default();
             for k in 0..8 {
                 // Lanes 2-7 repeat the pair: the same lines, no extra memory traffic.
-                let n = if k % 2 == 0 { a } else { b };
-                let r0 = n.wrapping_add(1).wrapping_mul(ITEM_MUL);
-                l.r[0][k] = r0;
-                for j in 1..8 {
-                    l.r[j][k] = r0 ^ ITEM_XOR[j - 1];
-                }
-                l.index[k] = (n % CACHE_ITEM_COUNT) * 8;
+                start_lane(&mut l, k, if k % 2 == 0 { a } else { b });
             }
             vector.chain(&mut l, words);
             return [
@@ -351,7 +333,6 @@ impl Cache {
         #[cfg(target_arch = "x86_64")]
         if let Some(vector) = &self.vector {
             use crate::jit::superscalar_avx512::Lanes8;
-            let words = self.words();
             let mut lanes: [Lanes8; VECTOR_GROUP_ITEMS / 8] = Default::default();
             for (group, dst) in items
                 .chunks(VECTOR_GROUP_ITEMS)
@@ -361,21 +342,10 @@ impl Cache {
                 for (b, l) in lanes.iter_mut().take(batches).enumerate() {
                     let batch = &group[8 * b..group.len().min(8 * b + 8)];
                     for k in 0..8 {
-                        let n = *batch.get(k).unwrap_or(&batch[0]);
-                        let r0 = n.wrapping_add(1).wrapping_mul(ITEM_MUL);
-                        l.r[0][k] = r0;
-                        for j in 1..8 {
-                            l.r[j][k] = r0 ^ ITEM_XOR[j - 1];
-                        }
-                        l.index[k] = (n % CACHE_ITEM_COUNT) * 8;
-                        proofkit_core::memory::prefetch_read(&words[l.index[k] as usize]);
+                        start_lane(l, k, *batch.get(k).unwrap_or(&batch[0]));
                     }
                 }
-                for i in 0..self.programs.len() {
-                    for l in lanes.iter_mut().take(batches) {
-                        vector.step(i, l, words);
-                    }
-                }
+                self.run_lanes(vector, &mut lanes[..batches]);
                 for (k, item) in dst.iter_mut().enumerate() {
                     let l = &lanes[k / 8];
                     *item = std::array::from_fn(|j| l.r[j][k % 8]);
@@ -388,6 +358,41 @@ impl Cache {
             let numbers: [u64; N] = std::array::from_fn(|k| *batch.get(k).unwrap_or(&batch[0]));
             let values = self.dataset_items_at(numbers);
             dst.copy_from_slice(&values[..dst.len()]);
+        }
+    }
+}
+
+/// Lane `k` of `lanes` at the start of dataset item `n` (7.3 step 1), its first cache line
+/// prefetched.
+#[cfg(target_arch = "x86_64")]
+fn start_lane(lanes: &mut crate::jit::superscalar_avx512::Lanes8, k: usize, n: u64) {
+    let r0 = n.wrapping_add(1).wrapping_mul(ITEM_MUL);
+    lanes.r[0][k] = r0;
+    for j in 1..8 {
+        lanes.r[j][k] = r0 ^ ITEM_XOR[j - 1];
+    }
+    lanes.index[k] = (n % CACHE_ITEM_COUNT) * 8;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Cache {
+    /// Every program on the batches of `lanes` in turn (each batch's cache lines arrive while
+    /// the others compute), their first lines prefetched first.
+    fn run_lanes(
+        &self,
+        vector: &crate::jit::superscalar_avx512::SuperscalarAvx512,
+        lanes: &mut [crate::jit::superscalar_avx512::Lanes8],
+    ) {
+        let words = self.words();
+        for l in lanes.iter() {
+            for &index in &l.index {
+                proofkit_core::memory::prefetch_read(&words[index as usize]);
+            }
+        }
+        for i in 0..self.programs.len() {
+            for l in lanes.iter_mut() {
+                vector.step(i, l, words);
+            }
         }
     }
 }
