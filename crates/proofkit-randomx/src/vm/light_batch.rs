@@ -6,13 +6,16 @@
 //! Why: light mode spends ~80% of a hash computing dataset items (specs.md 7.3), and one VM can
 //! keep at most two of them in flight: the item an iteration reads is chosen by the registers
 //! of the iteration before. A SuperscalarHash program fills a 3-4-wide core by itself, so two
-//! items interleaved cost about what two cost apart (~1,040 ns each here), while sixteen in
-//! vector lanes cost ~640 ns each. Only throughput gains: each hash takes as long as its
-//! slowest neighbour's round of reads, so a lone hash (a node verifying one block) should use
-//! [`Vm::hash`].
+//! items interleaved cost about what two cost apart (~1,040 ns each here), while in vector
+//! lanes they cost ~500-640 ns each (`item_timing`, `dataset_timing`). Only throughput gains:
+//! each hash takes as long as its slowest neighbour's round of reads, so a lone hash (a node
+//! verifying one block) should use [`Vm::hash`].
 //!
 //! The VMs run the unchanged JIT or interpreter; only where a light-mode VM fetches items does
-//! it look at [`CURRENT`], which is set only while one of the batch's coroutines runs.
+//! it look at [`CURRENT`], which is set only while one of the batch's coroutines runs. A panic
+//! inside a VM (none is expected) aborts the process rather than unwinding whenever a VM is
+//! suspended at that moment: dropping it would unwind through the JIT's frames, whose item
+//! callback is `extern "sysv64"` (no unwinding), and Rust aborts there.
 #![allow(unsafe_code)]
 
 use super::{Vm, VmOptions};
