@@ -292,18 +292,24 @@ fn run_threads<V: Send>(
             let hash = &hash;
             s.spawn(move || {
                 proofkit_core::affinity::pin_current_thread(i);
-                let mut blob = [0u8; 76];
-                blob[0] = i as u8;
                 for n in 0..per {
-                    blob[39..47].copy_from_slice(&n.to_le_bytes());
                     let step = if n == 0 { Batch::First } else { Batch::Next };
-                    hash(&mut vm, &blob, step);
+                    hash(&mut vm, &bench_blob(i, n), step);
                 }
                 hash(&mut vm, &[], Batch::Last);
             });
         }
     });
     (t.elapsed().as_secs_f64(), per * threads as u64)
+}
+
+/// Input `n` of benchmark thread `thread`: a 76-byte blob (a Monero block header's size), the
+/// thread in its first byte and `n` where a miner's nonce would be. Both runners hash these.
+fn bench_blob(thread: usize, n: u64) -> [u8; 76] {
+    let mut blob = [0u8; 76];
+    blob[0] = thread as u8;
+    blob[39..47].copy_from_slice(&n.to_le_bytes());
+    blob
 }
 
 /// The light-mode row with a [`LightBatch`] of [`LIGHT_BATCH_VMS`] VMs per thread.
@@ -325,14 +331,7 @@ fn run_batches(
         for (i, mut batch) in batches.into_iter().enumerate() {
             s.spawn(move || {
                 proofkit_core::affinity::pin_current_thread(i);
-                let blobs: Vec<[u8; 76]> = (0..per)
-                    .map(|n| {
-                        let mut blob = [0u8; 76];
-                        blob[0] = i as u8;
-                        blob[39..47].copy_from_slice(&n.to_le_bytes());
-                        blob
-                    })
-                    .collect();
+                let blobs: Vec<[u8; 76]> = (0..per).map(|n| bench_blob(i, n)).collect();
                 for call in blobs.chunks(per_call) {
                     std::hint::black_box(batch.hash_many(call));
                 }

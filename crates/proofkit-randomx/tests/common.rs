@@ -43,3 +43,24 @@ pub fn cache(key: &[u8]) -> Arc<proofkit_randomx::Cache> {
     g.push((key.to_vec(), c.clone()));
     c
 }
+
+/// The calling thread's MXCSR (0 off x86-64).
+#[cfg(target_arch = "x86_64")]
+pub fn mxcsr() -> u32 {
+    let mut v: u32 = 0;
+    // SAFETY: stmxcsr writes 4 bytes to the given address.
+    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v) };
+    v
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn mxcsr() -> u32 {
+    0
+}
+
+/// Sets the calling thread's MXCSR (tests change only its rounding-control bits).
+#[cfg(target_arch = "x86_64")]
+pub fn set_mxcsr(v: u32) {
+    // SAFETY: ldmxcsr reads 4 bytes; callers pass a value mxcsr() returned with only RC changed.
+    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v) };
+}

@@ -4,6 +4,7 @@
 //! is the cargo-fuzz target `fuzz/fuzz_targets/jit_vs_interpreter.rs`.
 
 mod common;
+use common::mxcsr;
 use proofkit_randomx::{DatasetSource, JitRounding, Version, Vm, VmOptions};
 use rand::{RngCore, SeedableRng};
 
@@ -109,17 +110,4 @@ fn caller_rounding_mode_is_preserved() {
         let x = std::hint::black_box(0.1f64) + std::hint::black_box(0.2f64);
         assert_eq!(x, 0.30000000000000004);
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn mxcsr() -> u32 {
-    let mut v: u32 = 0;
-    // SAFETY: stmxcsr writes 4 bytes to the given address.
-    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v) };
-    v
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn mxcsr() -> u32 {
-    0
 }

@@ -4,6 +4,8 @@
 mod common;
 
 use common::{cache, field_bytes, vectors};
+#[cfg(target_arch = "x86_64")]
+use common::{mxcsr, set_mxcsr};
 use proofkit_randomx::{DatasetSource, Error, JitRounding, LightBatch, Version, Vm, VmOptions};
 use rand::{Rng, SeedableRng};
 
@@ -150,20 +152,6 @@ fn batch_preserves_caller_rounding_mode() {
 fn empty_batch_is_an_error() {
     let err = LightBatch::new(cache(b"light batch"), VmOptions::default(), 0).err();
     assert!(matches!(err, Some(Error::EmptyBatch)), "{err:?}");
-}
-
-#[cfg(target_arch = "x86_64")]
-fn mxcsr() -> u32 {
-    let mut v: u32 = 0;
-    // SAFETY: stmxcsr writes 4 bytes to the given address.
-    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v) };
-    v
-}
-
-#[cfg(target_arch = "x86_64")]
-fn set_mxcsr(v: u32) {
-    // SAFETY: ldmxcsr reads 4 bytes; `v` is a value mxcsr() returned with only RC changed.
-    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v) };
 }
 
 /// A batch moves between threads (a Python object, a worker pool): it holds no coroutine

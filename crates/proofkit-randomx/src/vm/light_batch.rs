@@ -176,6 +176,7 @@ impl LightBatch {
 
     /// The RandomX hash of every input, in order.
     pub fn hash_many<I: AsRef<[u8]>>(&mut self, inputs: &[I]) -> Vec<[u8; 32]> {
+        // The coroutines own what they use ('static): the inputs are copied once per call.
         let work = Rc::new(Work {
             inputs: inputs.iter().map(|i| i.as_ref().to_vec()).collect(),
             next: Cell::new(0),
@@ -207,11 +208,10 @@ impl LightBatch {
         let mut reply: Vec<Reply> = vec![[[0; 8]; 2]; lanes];
         let mut items = Vec::with_capacity(2 * lanes);
         let mut values = Vec::with_capacity(2 * lanes);
-        let mut done = vec![false; lanes];
         self.last_call = Rounds::default();
         loop {
             for (k, co) in running.iter_mut().enumerate() {
-                if done[k] {
+                if co.done() {
                     continue;
                 }
                 let result = co.resume(reply[k]);
@@ -220,10 +220,7 @@ impl LightBatch {
                 mxcsr::write(saved_mxcsr);
                 match result {
                     CoroutineResult::Yield(request) => waiting[k] = Some(request),
-                    CoroutineResult::Return(vm) => {
-                        done[k] = true;
-                        self.vms.push(vm);
-                    }
+                    CoroutineResult::Return(vm) => self.vms.push(vm),
                 }
             }
             items.clear();
