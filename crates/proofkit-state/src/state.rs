@@ -464,6 +464,32 @@ impl State {
         Ok(())
     }
 
+    /// A hint before writes to the accounts `haddrs`: brings what those writes will read (the
+    /// account trie's nodes in memory on their paths, then the store's pages holding the
+    /// stored node each path reaches and the account's record) into the cache, all the
+    /// writes' misses overlapping (see [`Trie::prefetch_paths`],
+    /// [`crate::store::Snapshot::prefetch_many`]). Changes nothing; a damaged page is left to
+    /// the writes to report.
+    pub fn prefetch_accounts(&self, haddrs: &[B256]) {
+        let paths: Vec<[u8; 64]> = haddrs.iter().map(nibbles).collect();
+        let path_refs: Vec<&[u8]> = paths.iter().map(|p| &p[..]).collect();
+        let stored = self.accounts.prefetch_paths(&path_refs);
+        let Some(base) = &self.base else { return };
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(2 * haddrs.len());
+        for ((path, haddr), stored) in path_refs.iter().zip(haddrs).zip(stored) {
+            let Some((depth, kind)) = stored else {
+                continue;
+            };
+            keys.push(match kind {
+                StoredKind::Branch => record_key(None, &path[..depth]),
+                StoredKind::Leaf => pad(&path[..depth]).to_vec(),
+            });
+            keys.push(haddr.to_vec());
+        }
+        let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let _ = base.prefetch_many(&key_refs);
+    }
+
     /// Writes a slot of an existing account; zero deletes it.
     pub fn set_storage_hashed(
         &mut self,
@@ -589,7 +615,9 @@ impl Writer {
     /// block's writes in the Paprika benchmark).
     pub fn set_accounts(&mut self, accounts: &[(Address, Option<Account>)]) {
         let addrs: Vec<&[u8]> = accounts.iter().map(|(a, _)| &a[..]).collect();
-        for ((addr, account), haddr) in accounts.iter().zip(keccak256_many(&addrs)) {
+        let haddrs = keccak256_many(&addrs);
+        self.state.prefetch_accounts(&haddrs);
+        for ((addr, account), haddr) in accounts.iter().zip(haddrs) {
             self.set_account_at(haddr, *account);
             self.last = Some((*addr, haddr));
         }

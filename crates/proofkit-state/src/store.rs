@@ -324,6 +324,14 @@ impl Snapshot {
     ) -> Result<(), StoreError> {
         self.view().scan_from(from, f)
     }
+
+    /// A hint: brings the pages that lookups of `keys` at this root will read into the cache,
+    /// the keys' misses overlapping instead of one lookup's after another's (a writer calls it
+    /// before a batch of writes whose loads reach the store). Reads only what the lookups
+    /// would; an error is a damaged page those lookups would report too.
+    pub fn prefetch_many(&self, keys: &[&[u8]]) -> Result<(), StoreError> {
+        self.view().prefetch_many(keys)
+    }
 }
 
 /// A root of the page tree and the pages it may reach.
@@ -1408,28 +1416,8 @@ impl View<'_> {
         // The leaf of the previous key and the search resting in it.
         let mut at: Option<(u32, LeafSearch)> = None;
         for group in order.chunks(GROUP) {
-            // Page reached by each key of the group and its depth there.
             let mut ids = [(self.root, 0usize); GROUP];
-            loop {
-                let mut descended = false;
-                for (&(_, i), (id, depth)) in group.iter().zip(&mut ids) {
-                    if *id == 0 || self.kind(*id)? != BRANCH {
-                        continue;
-                    }
-                    let key = keys[i as usize];
-                    *id = self.child(*id, slot(key, *depth));
-                    *depth += 1;
-                    // The next step reads the page's kind, then a child slot or the first
-                    // entries.
-                    self.pages.prefetch(*id, 0);
-                    self.pages.prefetch(*id, HEADER + 4 * slot(key, *depth));
-                    self.pages.prefetch(*id, 64);
-                    descended = true;
-                }
-                if !descended {
-                    break;
-                }
-            }
+            self.descend_group(keys, group.iter().map(|&(_, i)| i as usize), &mut ids)?;
             // The first keys' leaves; each key then prefetches the leaf `LEAF_AHEAD` keys on.
             let n = group.len();
             for (&(_, i), &(next, _)) in group.iter().zip(&ids).take(LEAF_AHEAD) {
@@ -1453,6 +1441,59 @@ impl View<'_> {
                     f(i as usize, v);
                 }
                 at = Some((id, search));
+            }
+        }
+        Ok(())
+    }
+
+    /// Walks the keys `group` (indices into `keys`) down the branch pages together, one level
+    /// at a time, each step prefetching the lines the next one reads: a lookup is a chain of
+    /// dependent misses, and the group waits for its misses together. `ids` (at least as long
+    /// as the group, each `(self.root, 0)`) receives the leaf page (0: none) each key reaches
+    /// and its depth.
+    fn descend_group(
+        &self,
+        keys: &[&[u8]],
+        group: impl Iterator<Item = usize> + Clone,
+        ids: &mut [(u32, usize)],
+    ) -> Result<(), StoreError> {
+        loop {
+            let mut descended = false;
+            for (i, (id, depth)) in group.clone().zip(ids.iter_mut()) {
+                if *id == 0 || self.kind(*id)? != BRANCH {
+                    continue;
+                }
+                let key = keys[i];
+                *id = self.child(*id, slot(key, *depth));
+                *depth += 1;
+                // The next step reads the page's kind, then a child slot or the first
+                // entries.
+                self.pages.prefetch(*id, 0);
+                self.pages.prefetch(*id, HEADER + 4 * slot(key, *depth));
+                self.pages.prefetch(*id, 64);
+                descended = true;
+            }
+            if !descended {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Brings the pages that lookups of `keys` (and of keys next to them, in the same leaves)
+    /// will read into the cache, the keys' misses overlapping (see [`View::descend_group`]);
+    /// returns nothing and changes nothing. Keys that are empty or too long are skipped.
+    fn prefetch_many(&self, keys: &[&[u8]]) -> Result<(), StoreError> {
+        const GROUP: usize = 16;
+        let keys: Vec<&[u8]> = keys
+            .iter()
+            .copied()
+            .filter(|k| !k.is_empty() && k.len() <= MAX_KEY)
+            .collect();
+        for (g, group) in keys.chunks(GROUP).enumerate() {
+            let mut ids = [(self.root, 0usize); GROUP];
+            self.descend_group(&keys, g * GROUP..g * GROUP + group.len(), &mut ids)?;
+            for (key, &(id, _)) in group.iter().zip(&ids) {
+                self.prefetch_leaf(id, key);
             }
         }
         Ok(())
@@ -2509,6 +2550,10 @@ mod tests {
                 })
                 .collect();
             let refs: Vec<&[u8]> = probe.iter().map(|k| &k[..]).collect();
+            // A hint: the same keys (and bad ones, skipped) first change nothing below.
+            let mut hinted = refs.clone();
+            hinted.extend([&[][..], &[7u8; MAX_KEY + 1][..]]);
+            s.snapshot().prefetch_many(&hinted).unwrap();
             let mut got = vec![None; n];
             let mut calls = 0;
             s.get_many(&refs, |i, v| {
@@ -2526,6 +2571,7 @@ mod tests {
         empty
             .get_many(&[&[1u8; 32][..]], |_, _| panic!("nothing stored"))
             .unwrap();
+        empty.snapshot().prefetch_many(&[&[1u8; 32][..]]).unwrap();
         assert!(matches!(
             s.get_many(&[&[1u8; 32][..], &[][..]], |_, _| {}),
             Err(StoreError::BadKey(0))

@@ -653,6 +653,74 @@ impl<V: TrieValue> Trie<V> {
         }
     }
 
+    /// A hint before writes to many `paths`: walks them down the nodes in memory together,
+    /// half a level at a time (a node, then the line of its children array that the path
+    /// takes), prefetching what each next step reads, so that the paths' cache misses overlap
+    /// instead of each write waiting for its own, one level after another. Stops at stored
+    /// nodes (the store has [`crate::store::Snapshot::prefetch_many`]); changes nothing.
+    /// Returns, for each path, the stored node its write will load first: its depth (the
+    /// length of its position) and kind.
+    pub fn prefetch_paths(&self, paths: &[&[u8]]) -> Vec<Option<(usize, StoredKind)>> {
+        enum At<'a, V> {
+            Node(&'a Cell<V>, usize),
+            Slot(&'a Children<V>, usize),
+        }
+        let mut stored = vec![None; paths.len()];
+        let root = match &self.root {
+            Some(Child::Mem(root)) => root,
+            Some(Child::Stored(kind, _)) => return vec![Some((0, *kind)); paths.len()],
+            None => return stored,
+        };
+        let mut at: Vec<Option<At<'_, V>>> =
+            paths.iter().map(|_| Some(At::Node(root, 0))).collect();
+        let mut moving = true;
+        while moving {
+            moving = false;
+            for ((cursor, path), stored) in at.iter_mut().zip(paths).zip(&mut stored) {
+                let next = match cursor.take() {
+                    None => None,
+                    Some(At::Node(cell, d)) => match &cell.node {
+                        Node::Branch { children } if d < path.len() => {
+                            // The whole array: a write copies it when the node is shared.
+                            let base = (&**children as *const Children<V>).cast::<u8>();
+                            for line in (0..std::mem::size_of::<Children<V>>()).step_by(64) {
+                                proofkit_core::memory::prefetch_address(base, line);
+                            }
+                            Some(At::Slot(children, d))
+                        }
+                        Node::Extension { path: p, child } if path[d..].starts_with(p) => {
+                            match child {
+                                Child::Mem(c) => {
+                                    prefetch_cell(c);
+                                    Some(At::Node(c, d + p.len()))
+                                }
+                                Child::Stored(kind, _) => {
+                                    *stored = Some((d + p.len(), *kind));
+                                    None
+                                }
+                            }
+                        }
+                        _ => None,
+                    },
+                    Some(At::Slot(children, d)) => match &children[path[d] as usize] {
+                        Some(Child::Mem(c)) => {
+                            prefetch_cell(c);
+                            Some(At::Node(c, d + 1))
+                        }
+                        Some(Child::Stored(kind, _)) => {
+                            *stored = Some((d + 1, *kind));
+                            None
+                        }
+                        None => None,
+                    },
+                };
+                moving |= next.is_some();
+                *cursor = next;
+            }
+        }
+        stored
+    }
+
     /// The value at `path` for changing in place: nodes on the path shared with other versions
     /// are copied first (stored ones loaded), and their cached references dropped; `None` when
     /// absent (nothing is copied then).
@@ -1398,6 +1466,12 @@ fn prune_mut<V: TrieValue>(
         Node::Leaf { value, .. } => *value = value.pruned(),
         Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep, dropped),
         Node::Branch { children } => {
+            // As in `collect_dirty`: the children's misses overlap.
+            for i in slots_in(cell.unpruned_slots) {
+                if let Some(Child::Mem(c)) = &children[i] {
+                    prefetch_cell(c);
+                }
+            }
             let mut left = 0;
             for i in slots_in(cell.unpruned_slots) {
                 if let Some(c) = &mut children[i] {
@@ -1486,41 +1560,46 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
             V::prepare_batch(&values);
         }
         // Each chunk of 64 nodes is encoded into one buffer (not one per node), then its
-        // nodes of 32 bytes or more are hashed together.
-        let refs: Vec<NodeRef> = level
-            .par_chunks(64)
-            .flat_map_iter(|chunk| {
-                let mut rlp = Vec::with_capacity(chunk.len() * 256);
-                let mut ends = Vec::with_capacity(chunk.len());
-                for c in chunk {
-                    encode(c, &mut rlp);
-                    ends.push(rlp.len());
-                }
-                let node = |i: usize| &rlp[if i == 0 { 0 } else { ends[i - 1] }..ends[i]];
-                let long: Vec<&[u8]> = (0..chunk.len())
-                    .map(node)
-                    .filter(|e| e.len() >= 32)
-                    .collect();
-                let mut h = crate::keccak::keccak256_many(&long).into_iter();
-                (0..chunk.len())
-                    .map(|i| {
-                        let e = node(i);
-                        if e.len() >= 32 {
-                            NodeRef {
-                                len: 32,
-                                buf: h.next().expect("one hash per long node"),
-                            }
-                        } else {
-                            NodeRef::from_rlp(e)
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        for (c, r) in level.iter().zip(refs) {
-            // A node reached twice in one level is not possible in a tree; `set` fails only then.
-            let _ = c.cached.set(r);
-        }
+        // nodes of 32 bytes or more are hashed together, and each node's reference is set by
+        // the thread that encoded it (its line is in that core's cache, not the caller's).
+        level.par_chunks(64).for_each(|chunk| {
+            let mut rlp = Vec::with_capacity(chunk.len() * 256);
+            let mut ends = Vec::with_capacity(chunk.len());
+            for c in chunk {
+                encode(c, &mut rlp);
+                ends.push(rlp.len());
+            }
+            let node = |i: usize| &rlp[if i == 0 { 0 } else { ends[i - 1] }..ends[i]];
+            let long: Vec<&[u8]> = (0..chunk.len())
+                .map(node)
+                .filter(|e| e.len() >= 32)
+                .collect();
+            let mut h = crate::keccak::keccak256_many(&long).into_iter();
+            for (i, c) in chunk.iter().enumerate() {
+                let e = node(i);
+                let r = if e.len() >= 32 {
+                    NodeRef {
+                        len: 32,
+                        buf: h.next().expect("one hash per long node"),
+                    }
+                } else {
+                    NodeRef::from_rlp(e)
+                };
+                // A node reached twice in one level is not possible in a tree; `set`
+                // fails only then.
+                let _ = c.cached.set(r);
+            }
+        });
+    }
+}
+
+/// Asks for the lines of `c`'s cell that a walk reads first (its counts, node and flags); a
+/// hint only.
+fn prefetch_cell<V>(c: &Arc<Cell<V>>) {
+    // The counts sit just before the value in an `Arc`'s allocation.
+    let p = Arc::as_ptr(c).cast::<u8>();
+    for offset in [-16isize, 48, 112] {
+        proofkit_core::memory::prefetch_address(p, offset as usize);
     }
 }
 
@@ -1555,6 +1634,13 @@ fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -
                 Child::Stored(..) => 0,
             },
             Node::Branch { children } => {
+                // The children's cells are cold and independent: asked for together, their
+                // misses overlap instead of one per level of the recursion.
+                for i in slots_in(cell.dirty_slots) {
+                    if let Some(Child::Mem(c)) = &children[i] {
+                        prefetch_cell(c);
+                    }
+                }
                 let mut h = None;
                 for i in slots_in(cell.dirty_slots) {
                     let Some(Child::Mem(c)) = &children[i] else {
@@ -1913,6 +1999,21 @@ mod tests {
         }
     }
 
+    /// A loader that notes the first node it is asked for (its depth and kind).
+    struct FirstLoad<'a>(&'a MapStore, std::cell::Cell<Option<(usize, StoredKind)>>);
+
+    impl Loader<Raw> for FirstLoad<'_> {
+        fn load(&self, pos: &[u8], kind: StoredKind) -> Result<LoadedNode<Raw>, LoadError> {
+            if self.1.get().is_none() {
+                self.1.set(Some((pos.len(), kind)));
+            }
+            self.0.load(pos, kind)
+        }
+        fn exists(&self, path: &[u8]) -> Result<bool, LoadError> {
+            self.0.exists(path)
+        }
+    }
+
     #[test]
     fn a_pruned_trie_loads_what_it_writes_through() {
         use rand::{Rng, SeedableRng};
@@ -1922,6 +2023,8 @@ mod tests {
         // its records and leaves written to `store` as finalization would.
         let mut full: Trie<Raw> = Trie::new();
         let mut keys: Vec<[u8; 64]> = Vec::new();
+        // Paths `prefetch_paths` found entering a stored leaf, a stored branch, or none.
+        let mut named_kinds = [0usize; 3];
         for keep in [0usize, 1, 2, 3] {
             let mut paged = full.clone();
             for round in 0..12 {
@@ -1984,6 +2087,24 @@ mod tests {
                     "keep {keep} round {round}"
                 );
                 assert_eq!(paged.root_hash(), full.root_hash());
+                // The stored node `prefetch_paths` names for a path is the one a write
+                // through it loads first (present keys and new ones; all paths in one call).
+                let mut probes: Vec<[u8; 64]> = keys.iter().take(20).copied().collect();
+                probes.extend((0..20).map(|_| nibbles(&rng.gen())));
+                let probe_refs: Vec<&[u8]> = probes.iter().map(|p| &p[..]).collect();
+                let named = paged.prefetch_paths(&probe_refs);
+                assert_eq!(named.len(), probes.len());
+                for (k, named) in probes.iter().zip(named) {
+                    let first = FirstLoad(&store, std::cell::Cell::new(None));
+                    let mut p = paged.clone();
+                    p.insert(k, Raw(vec![0x81]), &first).unwrap();
+                    assert_eq!(named, first.1.get(), "keep {keep} round {round} key {k:?}");
+                    match named {
+                        Some((_, StoredKind::Leaf)) => named_kinds[0] += 1,
+                        Some((_, StoredKind::Branch)) => named_kinds[1] += 1,
+                        None => named_kinds[2] += 1,
+                    }
+                }
                 for k in keys.iter().take(10) {
                     let mut p = paged.clone();
                     assert!(p.get_mut(k, &store).unwrap().is_some());
@@ -2010,5 +2131,6 @@ mod tests {
                 t
             };
         }
+        assert!(named_kinds.iter().all(|&n| n > 20), "{named_kinds:?}");
     }
 }
