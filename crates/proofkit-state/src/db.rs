@@ -141,7 +141,8 @@ impl Block {
 /// for profiling: building the store writes, applying them to the pages, the store commit
 /// (free list, flushes, meta page), on the job's thread when pipelined; dropping the states
 /// finalized away, and pruning the finalized trie and moving the states onto the new store
-/// root, on the calling thread.
+/// root, on the calling thread and the rayon pool (the process's CPU seconds meanwhile: no
+/// job runs then).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FinalizeTimes {
     /// On the finalizing thread; the account-trie records may be built on the pool's other
@@ -160,6 +161,10 @@ pub struct FinalizeTimes {
 
 fn thread_seconds() -> f64 {
     proofkit_core::cputime::thread_cpu_time().map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn process_seconds() -> f64 {
+    proofkit_core::cputime::process_cpu_time().map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// What a finalization's store job hands back: the commit's page counts, a snapshot of the
@@ -326,21 +331,18 @@ impl Db {
             }
             cur = b.parent;
         }
-        // The chain's writes together, read back from the newest state.
-        let mut merged: BTreeMap<B256, (bool, BTreeSet<B256>)> = BTreeMap::new();
-        for &b in chain.iter().rev() {
-            let block = self.blocks.get_mut(&b).expect("on the chain just walked");
-            for (haddr, w) in std::mem::take(&mut block.log) {
-                let m = merged.entry(haddr).or_default();
-                m.0 |= w.wiped;
-                m.1.extend(w.storage.keys());
-            }
-        }
+        // The chain's write logs, oldest first; merged by the job (tens of thousands of
+        // sorted inserts and as many allocations that the block thread need not wait for).
+        let logs: Vec<WriteLog> = chain
+            .iter()
+            .rev()
+            .map(|b| std::mem::take(&mut self.blocks.get_mut(b).expect("on the chain").log))
+            .collect();
         let (number, root, level) = {
             let target = &self.blocks[&id];
             (target.number, target.root, self.level)
         };
-        let t3 = thread_seconds();
+        let t3 = process_seconds();
         // Keep `id` and its descendants.
         let mut keep: HashMap<BlockId, bool> = HashMap::new();
         keep.insert(id, true);
@@ -375,21 +377,34 @@ impl Db {
             }
         }
         // Dropped before the pruning below, so that the finalized trie's nodes are its own
-        // again and are pruned in place.
-        self.blocks
-            .retain(|b, _| keep.get(b).copied().unwrap_or(false));
-        self.times.retire += thread_seconds() - t3;
+        // again and are pruned in place; on the pool, the blocks split between its threads
+        // (the previous job has landed and the next has not started: the other core is idle).
+        let retired: Vec<BlockId> = self
+            .blocks
+            .keys()
+            .filter(|b| !keep.get(b).copied().unwrap_or(false))
+            .copied()
+            .collect();
+        let retired: Vec<Committed> = retired
+            .iter()
+            .filter_map(|b| self.blocks.remove(b))
+            .collect();
+        {
+            use rayon::prelude::*;
+            retired.into_par_iter().for_each(drop);
+        }
+        self.times.retire += process_seconds() - t3;
         self.finalized = id;
         // The finalized state drops from memory the subtrees the store already holds (what
         // the previous finalizations wrote); what this chain wrote is stored by the job below
         // and pruned by the next finalization (or when the job lands, if nothing was built on
         // `id` by then).
-        let t4 = thread_seconds();
+        let t4 = process_seconds();
         let target = self.blocks.get_mut(&id).expect("kept above");
         target.log = WriteLog::new();
         let pruned = target.state.prune(self.cached_levels);
         let state = target.state.clone();
-        self.times.rebase += thread_seconds() - t4;
+        self.times.rebase += process_seconds() - t4;
         let store = Arc::clone(&self.store);
         // Builds the chain's store writes from `id`'s state, applies them and commits. The
         // blocks built meanwhile read their snapshots (the store root before this one) and the
@@ -402,6 +417,15 @@ impl Db {
             }
             let mut times = FinalizeTimes::default();
             let t0 = thread_seconds();
+            // The chain's writes together, read back from the newest state.
+            let mut merged: BTreeMap<B256, (bool, BTreeSet<B256>)> = BTreeMap::new();
+            for log in logs {
+                for (haddr, w) in log {
+                    let m = merged.entry(haddr).or_default();
+                    m.0 |= w.wiped;
+                    m.1.extend(w.storage.keys());
+                }
+            }
             let ops = store_ops(&state, &merged, &mut times.account_records)?;
             let t1 = thread_seconds();
             store.apply(ops)?;

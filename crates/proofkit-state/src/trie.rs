@@ -1466,28 +1466,55 @@ fn prune_mut<V: TrieValue>(
         Node::Leaf { value, .. } => *value = value.pruned(),
         Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep, dropped),
         Node::Branch { children } => {
-            // As in `collect_dirty`: the children's misses overlap.
-            for i in slots_in(cell.unpruned_slots) {
-                if let Some(Child::Mem(c)) = &children[i] {
-                    prefetch_cell(c);
-                }
-            }
-            let mut left = 0;
-            for i in slots_in(cell.unpruned_slots) {
-                if let Some(c) = &mut children[i] {
-                    prune_mut(c, depth + 1, keep, dropped);
-                    if matches!(c, Child::Mem(a) if !a.has(PRUNED)) {
-                        left |= 1 << i;
-                    }
-                }
-            }
-            cell.unpruned_slots = left;
+            let mask = cell.unpruned_slots;
+            cell.unpruned_slots = if depth == 0 {
+                // The root's two halves are independent subtrees: pruned on two threads
+                // (finalization prunes on the block thread while the other core is idle).
+                let (low, high) = children.split_at_mut(8);
+                let mut high_dropped = Vec::new();
+                let (l, h) = rayon::join(
+                    || prune_slots(low, 0, mask & 0x00ff, depth, keep, dropped),
+                    || prune_slots(high, 8, mask & 0xff00, depth, keep, &mut high_dropped),
+                );
+                dropped.append(&mut high_dropped);
+                l | h
+            } else {
+                prune_slots(&mut children[..], 0, mask, depth, keep, dropped)
+            };
         }
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
     if stored {
         *cell.flags.get_mut() = STORED | PRUNED;
     }
+}
+
+/// Prunes the children in the slots of `mask` (slot `first + i` is `children[i]`) of a
+/// branch at `depth`; returns the slots whose child is still in memory unpruned.
+fn prune_slots<V: TrieValue>(
+    children: &mut [Option<Child<V>>],
+    first: usize,
+    mask: u16,
+    depth: usize,
+    keep: usize,
+    dropped: &mut Vec<Child<V>>,
+) -> u16 {
+    // As in `collect_dirty`: the children's misses overlap.
+    for i in slots_in(mask) {
+        if let Some(Child::Mem(c)) = &children[i - first] {
+            prefetch_cell(c);
+        }
+    }
+    let mut left = 0;
+    for i in slots_in(mask) {
+        if let Some(c) = &mut children[i - first] {
+            prune_mut(c, depth + 1, keep, dropped);
+            if matches!(c, Child::Mem(a) if !a.has(PRUNED)) {
+                left |= 1 << i;
+            }
+        }
+    }
+    left
 }
 
 fn dirty<V: TrieValue>(child: &Child<V>, pos: &mut Vec<u8>, f: &mut dyn FnMut(&[u8], Vec<u8>)) {
