@@ -654,8 +654,8 @@ impl<V: TrieValue> Trie<V> {
     }
 
     /// A hint before writes to many `paths`: walks them down the nodes in memory together,
-    /// half a level at a time (a node, then the line of its children array that the path
-    /// takes), prefetching what each next step reads, so that the paths' cache misses overlap
+    /// half a level at a time (a node, then its children array, which a write copies when the
+    /// node is shared), prefetching what each next step reads, so that the paths' cache misses overlap
     /// instead of each write waiting for its own, one level after another. Stops at stored
     /// nodes (the store has [`crate::store::Snapshot::prefetch_many`]); changes nothing.
     /// Returns, for each path, the stored node its write will load first: its depth (the
