@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// its own beside the next blocks (the default, pipelined)
     #[arg(long)]
     no_pipeline: bool,
+    /// Every block keeps its own trie version (the default with a finality lag); without a
+    /// lag each block takes its parent's trie over and changes its nodes in place
+    #[arg(long)]
+    keep_parent_states: bool,
     /// Keep the database directory made under --path (for `proofkit state check`)
     #[arg(long)]
     keep: bool,
@@ -204,6 +208,7 @@ fn bench(a: BenchArgs) -> CliResult {
         rows: a.rows,
         cached_levels: a.cached_levels,
         pipeline: !a.no_pipeline,
+        keep_parent_states: a.keep_parent_states || a.finality_lag > 0,
     };
     let pb = progress_bar(a.blocks, "state bench", a.json);
     let cpu0 = cpu_seconds();
@@ -294,7 +299,7 @@ fn bench(a: BenchArgs) -> CliResult {
     report.note(
         "workload",
         format!(
-            "{} blocks x {} new accounts x {} slots, root at every block, {} ({:?}, finality lag {}, finalized {} at a time{})",
+            "{} blocks x {} new accounts x {} slots, root at every block, {} ({:?}, finality lag {}, finalized {} at a time{}{})",
             a.blocks,
             a.accounts_per_block,
             a.storage_per_account,
@@ -302,7 +307,12 @@ fn bench(a: BenchArgs) -> CliResult {
             a.commit_level,
             a.finality_lag,
             a.finalize_every,
-            if a.no_pipeline { "" } else { ", pipelined" }
+            if a.no_pipeline { "" } else { ", pipelined" },
+            if a.keep_parent_states || a.finality_lag > 0 {
+                ", parent states kept"
+            } else {
+                ", each block takes its parent's trie over"
+            }
         ),
     );
     report.note("write_seconds", s.write_seconds);
@@ -365,6 +375,7 @@ pub fn main_bench(json: bool) -> CliResult {
         rows: 3,
         cached_levels: 5,
         no_pipeline: false,
+        keep_parent_states: false,
         keep: false,
         json,
         peer: None,

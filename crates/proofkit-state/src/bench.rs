@@ -36,6 +36,9 @@ pub struct PaprikaConfig {
     /// Each finalization's store writes on a thread of their own beside the next blocks
     /// ([`DbOptions::pipeline`]); the run ends after the last one is durable either way.
     pub pipeline: bool,
+    /// [`DbOptions::keep_parent_states`]: off, each block takes its parent's trie over (the
+    /// chain is finalized at its tip, so no older state is needed again).
+    pub keep_parent_states: bool,
 }
 
 /// One row of the seed's table; the page figures are 90th percentiles over the blocks since the
@@ -151,6 +154,7 @@ pub fn run_paprika_rows(
         commit_level: cfg.commit_level,
         cached_levels: cfg.cached_levels,
         pipeline: cfg.pipeline,
+        keep_parent_states: cfg.keep_parent_states,
         memory_reserve: (records as usize * 1024).clamp(1 << 30, 64 << 30),
         ..Default::default()
     };
@@ -410,12 +414,15 @@ mod tests {
                 accounts_per_block: 50,
                 storage_per_account: 2,
                 pipeline: d.is_some(),
-                dir: d,
                 commit_level: CommitLevel::FlushData,
                 finality_lag: 3,
                 finalize_every: 4,
                 rows: 3,
                 cached_levels: 1,
+                // On disk, each block takes its parent's trie over: with the lag, every
+                // finalization rebuilds its target's state from the write logs.
+                keep_parent_states: d.is_none(),
+                dir: d,
             };
             let s = run_paprika(&cfg, &|_| {}).unwrap();
             assert_eq!(s.rows.len(), 3);
@@ -445,6 +452,7 @@ mod tests {
                 rows: 2,
                 cached_levels: 1,
                 pipeline: every == 7,
+                keep_parent_states: every == 1,
             };
             let s = run_paprika(&cfg, &|_| {}).unwrap();
             assert_eq!(s.final_root, roots[0], "finalize_every {every}");

@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 use thiserror::Error;
 
 /// A block known to the database (unique for the life of a `Db`).
@@ -88,6 +88,16 @@ pub struct DbOptions {
     /// (reads of the store through the `Db` wait for them), and returns the page counts of the
     /// finalization before it.
     pub pipeline: bool,
+    /// Every committed block keeps its own trie version, sharing nodes with its parent's
+    /// (`true`, the default). With `false`, a block opened on an unfinalized parent takes the
+    /// parent's trie over instead: its writes change the nodes in place (no copy of each
+    /// shared node on a write's path, no older version to drop at finalization), and the
+    /// parent's state is rebuilt, when it is read, built on again or finalized, from the
+    /// nearest ancestor that holds one and the write logs of the blocks between (checked
+    /// against the parent's committed root). For a chain built and finalized at its tip
+    /// (no finality lag, few reads of older blocks); with a finality lag each finalization
+    /// rebuilds its target's state.
+    pub keep_parent_states: bool,
 }
 
 impl Default for DbOptions {
@@ -99,6 +109,7 @@ impl Default for DbOptions {
             cached_levels: 5,
             verify_on_open: true,
             pipeline: false,
+            keep_parent_states: true,
         }
     }
 }
@@ -106,7 +117,9 @@ impl Default for DbOptions {
 struct Committed {
     parent: BlockId,
     number: u64,
-    state: State,
+    /// Empty once handed to a child block (`DbOptions::keep_parent_states` off) until it is
+    /// rebuilt; the finalized block always holds its state.
+    state: OnceLock<State>,
     root: B256,
     log: WriteLog,
 }
@@ -188,6 +201,7 @@ pub struct Db {
     level: CommitLevel,
     history: usize,
     cached_levels: usize,
+    keep_parent_states: bool,
     finalized: BlockId,
     blocks: HashMap<BlockId, Committed>,
     next_id: BlockId,
@@ -219,7 +233,7 @@ impl Db {
             Committed {
                 parent: 0,
                 number: meta.block_number,
-                state,
+                state: OnceLock::from(state),
                 root,
                 log: WriteLog::new(),
             },
@@ -232,6 +246,7 @@ impl Db {
             level: options.commit_level,
             history: options.history,
             cached_levels: options.cached_levels,
+            keep_parent_states: options.keep_parent_states,
             finalized: 0,
             blocks,
             next_id: 1,
@@ -248,9 +263,50 @@ impl Db {
         self.blocks.get(&id).ok_or(DbError::UnknownBlock(id))
     }
 
-    /// The state after block `id`.
+    /// The state after block `id` (rebuilt first if it was handed to a child block: see
+    /// [`DbOptions::keep_parent_states`]).
     pub fn state(&self, id: BlockId) -> Result<&State, DbError> {
-        Ok(&self.get(id)?.state)
+        let c = self.get(id)?;
+        if let Some(s) = c.state.get() {
+            return Ok(s);
+        }
+        let rebuilt = self.rebuild(id)?;
+        // Another thread may have rebuilt it meanwhile: the same state either way.
+        let _ = c.state.set(rebuilt);
+        Ok(c.state.get().expect("set above"))
+    }
+
+    /// The state after block `id` rebuilt from the nearest ancestor that holds one (the
+    /// finalized block at the furthest): a version of that state with the write logs of the
+    /// blocks after it replayed in order, its root checked against `id`'s committed root.
+    fn rebuild(&self, id: BlockId) -> Result<State, DbError> {
+        let mut logs = Vec::new();
+        let mut cur = id;
+        let mut state = loop {
+            let c = self.get(cur)?;
+            if let Some(s) = c.state.get() {
+                break s.clone();
+            }
+            if cur == self.finalized {
+                // Never handed down (see `begin`); a broken invariant, not bad input.
+                return Err(DbError::Failed(format!(
+                    "the finalized block {cur} holds no state"
+                )));
+            }
+            logs.push(&c.log);
+            cur = c.parent;
+        };
+        for log in logs.iter().rev() {
+            state.replay(log)?;
+        }
+        let (rebuilt, committed) = (state.root(), self.get(id)?.root);
+        if rebuilt != committed {
+            return Err(DbError::RootMismatch {
+                stored: hex::encode(committed),
+                rebuilt: hex::encode(rebuilt),
+            });
+        }
+        Ok(state)
     }
 
     /// The state root after block `id`.
@@ -276,17 +332,27 @@ impl Db {
         e
     }
 
-    /// Opens a block on `parent`.
-    pub fn begin(&self, parent: BlockId) -> Result<Block, DbError> {
+    /// Opens a block on `parent` (with [`DbOptions::keep_parent_states`] off, taking over an
+    /// unfinalized parent's state).
+    pub fn begin(&mut self, parent: BlockId) -> Result<Block, DbError> {
         self.usable()?;
         let p = self.get(parent)?;
         if p.number < self.get(self.finalized)?.number {
             return Err(DbError::NotDescendant(parent));
         }
+        let number = p.number + 1;
+        let state = if self.keep_parent_states || parent == self.finalized {
+            self.state(parent)?.clone()
+        } else {
+            match self.blocks.get_mut(&parent).and_then(|c| c.state.take()) {
+                Some(s) => s,
+                None => self.rebuild(parent)?,
+            }
+        };
         Ok(Block {
             parent,
-            number: p.number + 1,
-            writer: Writer::new(p.state.clone()),
+            number,
+            writer: Writer::new(state),
         })
     }
 
@@ -303,7 +369,7 @@ impl Db {
             Committed {
                 parent: block.parent,
                 number: block.number,
-                state,
+                state: OnceLock::from(state),
                 root,
                 log,
             },
@@ -330,6 +396,22 @@ impl Db {
                 return Err(DbError::NotDescendant(id));
             }
             cur = b.parent;
+        }
+        // The states that stay (`id`'s, and the `history` newest finalized ancestors'), rebuilt
+        // while the logs they may need are there (oldest first: each from the one before).
+        let mut stay = vec![id];
+        let mut cur = self.blocks[&id].parent;
+        for _ in 0..self.history {
+            match self.blocks.get(&cur) {
+                Some(c) if c.number < self.blocks[&id].number => {
+                    stay.push(cur);
+                    cur = c.parent;
+                }
+                _ => break,
+            }
+        }
+        for &b in stay.iter().rev() {
+            self.state(b)?;
         }
         // The chain's write logs, oldest first; merged by the job (tens of thousands of
         // sorted inserts and as many allocations that the block thread need not wait for).
@@ -402,8 +484,9 @@ impl Db {
         let t4 = process_seconds();
         let target = self.blocks.get_mut(&id).expect("kept above");
         target.log = WriteLog::new();
-        let pruned = target.state.prune(self.cached_levels);
-        let state = target.state.clone();
+        let target = target.state.get_mut().expect("rebuilt above");
+        let pruned = target.prune(self.cached_levels);
+        let state = target.clone();
         self.times.rebase += process_seconds() - t4;
         let store = Arc::clone(&self.store);
         // Builds the chain's store writes from `id`'s state, applies them and commits. The
@@ -481,11 +564,14 @@ impl Db {
         let number = self.blocks[&self.finalized].number;
         let alone = !self.blocks.values().any(|c| c.number > number);
         for (&b, c) in self.blocks.iter_mut() {
+            let Some(state) = c.state.get_mut() else {
+                // Handed to a child; rebuilt (onto this root) from an ancestor's state.
+                continue;
+            };
             if b == self.finalized {
-                c.state
-                    .rebase(landed.snap.clone(), alone.then_some(self.cached_levels));
+                state.rebase(landed.snap.clone(), alone.then_some(self.cached_levels));
             } else if c.number > number {
-                c.state.rebase(landed.snap.clone(), None);
+                state.rebase(landed.snap.clone(), None);
             }
         }
         self.times.rebase += thread_seconds() - t;

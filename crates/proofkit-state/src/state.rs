@@ -524,6 +524,25 @@ impl State {
         Ok(())
     }
 
+    /// Applies a block's write log (what [`Writer`] recorded): for each account a wipe, its
+    /// final value, then its slots written after the wipe. The accounts are independent and
+    /// a trie's shape depends only on its contents, so the state reached is the one the
+    /// block's writes reached, whatever their order was.
+    pub fn replay(&mut self, log: &WriteLog) -> Result<(), StateError> {
+        for (haddr, w) in log {
+            if w.wiped {
+                self.set_account_hashed(haddr, None)?;
+            }
+            if let Some(account) = w.account {
+                self.set_account_hashed(haddr, Some(account))?;
+                for (hslot, value) in &w.storage {
+                    self.set_storage_hashed(haddr, hslot, value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Visits every account held in memory (hashed address, account, storage trie) in hashed
     /// order: all of them for a state not backed by a store (such as
     /// `genesis::state_from_json`'s); a store-backed state keeps most accounts in the store.

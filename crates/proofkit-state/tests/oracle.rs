@@ -300,12 +300,28 @@ fn batched_writes_are_the_writes_one_by_one() {
     }
 }
 
+/// Forks, reads at every block, a reorg and reopening; once with every block keeping its trie
+/// version and once with each block taking its parent's over (so the reads at `id0`, the
+/// second child of `id0` and the finalization rebuild states from the write logs).
 #[test]
 fn forks_reorgs_and_finality() {
+    for keep in [true, false] {
+        forks_reorgs_and_finality_with(keep);
+    }
+}
+
+fn forks_reorgs_and_finality_with(keep_parent_states: bool) {
     let mut rng = SmallRng::seed_from_u64(42);
-    let dir = std::env::temp_dir().join(format!("pk-state-forks-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "pk-state-forks-{}-{keep_parent_states}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut db = Db::open(Some(&dir), paged(1)).unwrap();
+    let options = DbOptions {
+        keep_parent_states,
+        ..paged(1)
+    };
+    let mut db = Db::open(Some(&dir), options).unwrap();
     let mut base = Model::default();
     // A finalized base, so the forks write through stored nodes.
     let mut b00 = db.begin(db.finalized()).unwrap();
@@ -349,6 +365,8 @@ fn forks_reorgs_and_finality() {
         oracle_root(&base),
         "the parent is untouched by its children"
     );
+    assert_reads(db.state(id0).unwrap(), &base);
+    assert_eq!(db.state(id0).unwrap().root(), oracle_root(&base));
 
     // Finalize the b branch (a reorg away from a): the a branch is dropped.
     db.finalize(idb).unwrap();
@@ -364,7 +382,7 @@ fn forks_reorgs_and_finality() {
     db.finalize(idb2).unwrap();
     drop(db);
 
-    let db = Db::open(Some(&dir), paged(1)).unwrap();
+    let db = Db::open(Some(&dir), options).unwrap();
     assert_eq!(db.root(db.finalized()).unwrap(), rb2);
     assert_eq!(db.number(db.finalized()).unwrap(), 4);
     assert_reads(db.state(db.finalized()).unwrap(), &mb2);
@@ -376,7 +394,7 @@ fn forks_reorgs_and_finality() {
 
 #[test]
 fn storage_needs_an_account() {
-    let db = Db::open(None, DbOptions::default()).unwrap();
+    let mut db = Db::open(None, DbOptions::default()).unwrap();
     let mut b = db.begin(db.finalized()).unwrap();
     assert!(b.set_storage(&[1; 20], &[2; 32], &u256(3)).is_err());
 }
@@ -583,6 +601,80 @@ fn history_keeps_past_finalized_roots_readable() {
     assert!(db.begin(ids[ids.len() - 2]).is_err());
 }
 
+/// With [`DbOptions::keep_parent_states`] off each block takes its parent's trie over; every
+/// older block's state is rebuilt from the nearest state and the write logs when it is read,
+/// built on (a fork far back), finalized behind a lag or kept as history, and equals the
+/// oracle's; an account deleted and made again in one block, with new slots, replays so.
+#[test]
+fn handed_down_states_are_rebuilt_from_the_logs() {
+    for pipeline in [false, true] {
+        let mut rng = SmallRng::seed_from_u64(21 + pipeline as u64);
+        let mut db = Db::open(
+            None,
+            DbOptions {
+                keep_parent_states: false,
+                history: 2,
+                cached_levels: 1,
+                pipeline,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut m = Model::default();
+        let (mut ids, mut models) = (vec![db.finalized()], vec![m.clone()]);
+        let again: Address = [0xa5; 20];
+        for b in 0..14 {
+            let mut block = db.begin(*ids.last().unwrap()).unwrap();
+            random_block(&mut rng, &mut m, &mut block, 25);
+            let acc = Account {
+                nonce: b,
+                ..Default::default()
+            };
+            if b % 4 == 1 && m.accounts.contains_key(&again) {
+                // Deleted and made again: only the slots written after the deletion stay.
+                block.set_account(&again, None);
+                m.accounts.remove(&again);
+            }
+            block.set_account(&again, Some(acc));
+            block.set_storage(&again, &u256(b), &u256(b + 1)).unwrap();
+            let e = m.accounts.entry(again).or_default();
+            e.0 = acc;
+            e.1.insert(u256(b), u256(b + 1));
+            let (id, root) = db.commit(block).unwrap();
+            assert_eq!(root, oracle_root(&m), "block {b}");
+            ids.push(id);
+            models.push(m.clone());
+            if b % 5 == 4 {
+                // Two blocks behind the newest: its state went to its child.
+                db.finalize(ids[ids.len() - 3]).unwrap();
+            }
+        }
+        let finalized = db.finalized();
+        let first = ids.iter().position(|&i| i == finalized).unwrap();
+        // The finalized block, the history before it and the blocks after it, newest first
+        // (each read rebuilds from the nearest state, then holds its own).
+        for k in (first.saturating_sub(2)..ids.len()).rev() {
+            assert_eq!(db.state(ids[k]).unwrap().root(), oracle_root(&models[k]));
+            assert_reads(db.state(ids[k]).unwrap(), &models[k]);
+        }
+        // A fork on the finalized block's child, whose state its own child took.
+        let k = first + 1;
+        let mut fork_model = models[k].clone();
+        let mut fork = db.begin(ids[k]).unwrap();
+        random_block(&mut rng, &mut fork_model, &mut fork, 20);
+        let (fork_id, fork_root) = db.commit(fork).unwrap();
+        assert_eq!(fork_root, oracle_root(&fork_model));
+        db.finalize(fork_id).unwrap();
+        db.sync().unwrap();
+        assert_reads(db.state(fork_id).unwrap(), &fork_model);
+        assert!(
+            db.state(*ids.last().unwrap()).is_err(),
+            "the other branch is dropped"
+        );
+        assert_eq!(db.check().unwrap().1, oracle_root(&fork_model));
+    }
+}
+
 /// Pipelined finalization: the store writes and commit run on their own thread while the next
 /// blocks are written, read and hashed over the previous store root (writes load stored nodes
 /// from it); roots equal alloy-trie's, reads agree at every block, forks made meanwhile are
@@ -590,7 +682,9 @@ fn history_keeps_past_finalized_roots_readable() {
 /// the store checks out and reopens at the last root.
 #[test]
 fn pipelined_finalization_matches_alloy_trie_and_reopens() {
-    for (seed, levels) in [(11u64, 0usize), (12, 2)] {
+    // The second run with each block taking its parent's trie over: the main block then
+    // rebuilds the parent's state that the fork beside it took.
+    for (seed, levels, keep_parent_states) in [(11u64, 0usize, true), (12, 2, false)] {
         let dir =
             std::env::temp_dir().join(format!("pk-state-pipeline-{}-{seed}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -598,6 +692,7 @@ fn pipelined_finalization_matches_alloy_trie_and_reopens() {
             cached_levels: levels,
             pipeline: true,
             commit_level: proofkit_state::CommitLevel::FlushData,
+            keep_parent_states,
             ..Default::default()
         };
         let mut rng = SmallRng::seed_from_u64(seed);
