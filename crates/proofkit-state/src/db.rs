@@ -8,6 +8,9 @@
 //! * [`Db::commit`] computes the block's state root (hashing only what it wrote) and keeps it.
 //! * [`Db::state`] reads any known block; a [`State`] is `Send + Sync` and O(1) to clone, so a
 //!   reader thread can hold one while the writer goes on.
+//! * With [`DbOptions::keep_parent_states`] off, a block takes its unfinalized parent's trie
+//!   over instead of sharing it (its writes change nodes in place); a parent's state is
+//!   rebuilt from the nearest state and the blocks' write logs when it is needed again.
 //! * [`Db::finalize`] writes the blocks from the finalized one up to the given block into the
 //!   store in one commit at the configured [`CommitLevel`] (their accounts and slots, and the
 //!   records of the trie branches they changed), forgets the forks that do not descend from
