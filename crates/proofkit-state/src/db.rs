@@ -657,24 +657,32 @@ fn store_ops(
     records_seconds: &mut f64,
 ) -> Result<Vec<Op>, DbError> {
     let trie = state.account_trie();
-    // The leaves not in the store as they are, in hashed order like `merged`: found in one
-    // walk of the changed part of the trie instead of a lookup from the root per account.
+    // One walk of the changed part of the trie yields the branches' records and the leaves
+    // not in the store as they are (in hashed order like `merged`), for the accounts' writes
+    // (a walk per purpose read every changed node's cold cell twice).
+    let t = thread_seconds();
     let mut unstored: Vec<(B256, &AccountLeaf)> = Vec::with_capacity(merged.len());
-    trie.for_each_unstored_leaf(|path, leaf| unstored.push((pack(path), leaf)));
-    // The accounts' writes and the account trie's records on the two sides of the pool (the
-    // record walk marks account-trie nodes stored, which only the walk above looked at).
-    let (accounts, records) = rayon::join(
-        || account_ops(state, merged, &unstored),
-        || {
-            let t = thread_seconds();
-            let mut ops = Vec::new();
-            trie.take_dirty(|pos, rec| ops.push(Op::Put(record_key(None, pos), rec)));
-            (ops, thread_seconds() - t)
-        },
+    let mut records = Vec::new();
+    trie.take_dirty_with_leaves(
+        |pos, rec| records.push(Op::Put(record_key(None, pos), rec)),
+        |path, leaf| unstored.push((pack(path), leaf)),
     );
-    let mut ops = accounts?;
-    ops.extend(records.0);
-    *records_seconds += records.1;
+    *records_seconds += thread_seconds() - t;
+    // The accounts' writes in two halves of the key space, the second on a thread of its own
+    // (not the rayon pool: the block thread's roots would queue behind it there).
+    let mid: B256 = std::array::from_fn(|i| if i == 0 { 0x80 } else { 0 });
+    let (low, high) = unstored.split_at(unstored.partition_point(|(h, _)| *h < mid));
+    let (low, high) = std::thread::scope(|s| {
+        let high = s.spawn(|| account_ops(state, merged.range(mid..), high));
+        let low = account_ops(state, merged.range(..mid), low);
+        let high = high
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (low, high)
+    });
+    let mut ops = low?;
+    ops.extend(high?);
+    ops.extend(records);
     match trie.root_entry() {
         Some(e) => {
             let mut v = Vec::new();
@@ -687,12 +695,12 @@ fn store_ops(
 }
 
 /// The writes of the accounts in `merged` (`unstored`: the changed leaves, by hashed address).
-fn account_ops(
+fn account_ops<'m>(
     state: &State,
-    merged: &BTreeMap<B256, (bool, BTreeSet<B256>)>,
+    merged: impl Iterator<Item = (&'m B256, &'m (bool, BTreeSet<B256>))>,
     unstored: &[(B256, &AccountLeaf)],
 ) -> Result<Vec<Op>, DbError> {
-    let mut ops = Vec::with_capacity(merged.len() * 3);
+    let mut ops = Vec::with_capacity(unstored.len() * 3);
     let mut next = unstored.iter().peekable();
     for (haddr, (wiped, slots)) in merged {
         while next.next_if(|(h, _)| h < haddr).is_some() {}
