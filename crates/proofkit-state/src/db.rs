@@ -161,11 +161,12 @@ impl Block {
 /// job runs then).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FinalizeTimes {
-    /// On the finalizing thread; the account-trie records may be built on the pool's other
-    /// thread meanwhile (`rayon::join`).
+    /// On the finalizing thread (the job's when pipelined): merging the chain's write logs,
+    /// the walk below, and the accounts' writes (half of them on a second thread meanwhile,
+    /// not counted).
     pub build_ops: f64,
-    /// Walking the account trie's changed branches and encoding their records (on the thread
-    /// that ran it).
+    /// The one walk of the account trie's changed nodes: their branches' records encoded and
+    /// the leaves not in the store listed (part of `build_ops`).
     pub account_records: f64,
     pub apply: f64,
     pub commit: f64,
