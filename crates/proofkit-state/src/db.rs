@@ -162,11 +162,11 @@ impl Block {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FinalizeTimes {
     /// On the finalizing thread (the job's when pipelined): merging the chain's write logs,
-    /// the walk below, and the accounts' writes (half of them on a second thread meanwhile,
-    /// not counted).
+    /// then, for the first half of the key space, the walk below and the accounts' writes
+    /// (the second half runs on a thread of its own meanwhile, not counted).
     pub build_ops: f64,
-    /// The one walk of the account trie's changed nodes: their branches' records encoded and
-    /// the leaves not in the store listed (part of `build_ops`).
+    /// The walk of the account trie's changed nodes in the first half of the key space: their
+    /// branches' records encoded and the leaves not in the store listed (part of `build_ops`).
     pub account_records: f64,
     pub apply: f64,
     pub commit: f64,
@@ -660,30 +660,40 @@ fn store_ops(
     let trie = state.account_trie();
     // One walk of the changed part of the trie yields the branches' records and the leaves
     // not in the store as they are (in hashed order like `merged`), for the accounts' writes
-    // (a walk per purpose read every changed node's cold cell twice).
-    let t = thread_seconds();
-    let mut unstored: Vec<(B256, &AccountLeaf)> = Vec::with_capacity(merged.len());
-    let mut records = Vec::new();
-    trie.take_dirty_with_leaves(
-        |pos, rec| records.push(Op::Put(record_key(None, pos), rec)),
-        |path, leaf| unstored.push((pack(path), leaf)),
-    );
-    *records_seconds += thread_seconds() - t;
-    // The accounts' writes in two halves of the key space, the second on a thread of its own
-    // (not the rayon pool: the block thread's roots would queue behind it there).
+    // (a walk per purpose read every changed node's cold cell twice). Two halves of the key
+    // space, the second on a thread of its own (not the rayon pool: the block thread's roots
+    // would queue behind it there): the walk waits on a cold line per node.
     let mid: B256 = std::array::from_fn(|i| if i == 0 { 0x80 } else { 0 });
-    let (low, high) = unstored.split_at(unstored.partition_point(|(h, _)| *h < mid));
+    let half = |h: usize| -> Result<(Vec<Op>, f64), DbError> {
+        let t = thread_seconds();
+        let mut unstored: Vec<(B256, &AccountLeaf)> = Vec::with_capacity(merged.len() / 2);
+        let mut records = Vec::new();
+        trie.take_dirty_half(
+            h,
+            |pos, rec| records.push(Op::Put(record_key(None, pos), rec)),
+            |path, leaf| unstored.push((pack(path), leaf)),
+        );
+        let walked = thread_seconds() - t;
+        let mut ops = if h == 0 {
+            account_ops(state, merged.range(..mid), &unstored)?
+        } else {
+            account_ops(state, merged.range(mid..), &unstored)?
+        };
+        ops.extend(records);
+        Ok((ops, walked))
+    };
     let (low, high) = std::thread::scope(|s| {
-        let high = s.spawn(|| account_ops(state, merged.range(mid..), high));
-        let low = account_ops(state, merged.range(..mid), low);
+        let high = s.spawn(|| half(1));
+        let low = half(0);
         let high = high
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (low, high)
     });
-    let mut ops = low?;
-    ops.extend(high?);
-    ops.extend(records);
+    trie.took_both_halves();
+    let (mut ops, walked) = low?;
+    ops.extend(high?.0);
+    *records_seconds += walked;
     match trie.root_entry() {
         Some(e) => {
             let mut v = Vec::new();

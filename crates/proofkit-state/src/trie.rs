@@ -913,6 +913,51 @@ impl<V: TrieValue> Trie<V> {
         }
     }
 
+    /// [`Trie::take_dirty_with_leaves`] for one half of the key space (`half` 0: paths whose
+    /// first nibble is below 8, with the root's own record; 1: the rest), so that two threads
+    /// can walk the two halves together (the walk waits on a cold line per node). The root is
+    /// marked stored by [`Trie::took_both_halves`], once both are done. A root that is not a
+    /// branch is walked whole by half 0.
+    pub fn take_dirty_half<'a>(
+        &'a self,
+        half: usize,
+        mut records: impl FnMut(&[u8], Vec<u8>),
+        mut leaves: impl FnMut(&[u8], &'a V),
+    ) {
+        let Some(root) = &self.root else { return };
+        let branch = match root {
+            Child::Mem(cell) if !cell.has(STORED) => match &cell.node {
+                Node::Branch { children } => Some(children),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(children) = branch else {
+            if half == 0 {
+                dirty(root, &mut Vec::with_capacity(64), &mut records, &mut leaves);
+            }
+            return;
+        };
+        if half == 0 {
+            records(&[], branch_record(children));
+        }
+        let mut pos = Vec::with_capacity(64);
+        for i in half * 8..half * 8 + 8 {
+            if let Some(c) = &children[i] {
+                pos.push(i as u8);
+                dirty(c, &mut pos, &mut records, &mut leaves);
+                pos.pop();
+            }
+        }
+    }
+
+    /// Marks the root stored after [`Trie::take_dirty_half`] walked both halves.
+    pub fn took_both_halves(&self) {
+        if let Some(Child::Mem(cell)) = &self.root {
+            cell.flags.fetch_or(STORED, Ordering::Relaxed);
+        }
+    }
+
     /// Visits the leaves whose records are not in the store yet (full path, value) in path
     /// order: the values written since the last [`Trie::take_dirty`], and leaves a write moved
     /// (a new neighbour split the branch above them). Call before `take_dirty`.
@@ -2030,9 +2075,39 @@ mod tests {
             got.len()
         );
         t.root_hash();
-        let mut taken = Vec::new();
-        t.take_dirty_with_leaves(|_, _| {}, |p, r| taken.push((p.to_vec(), r.0.clone())));
+        // The two halves together: the same leaves, and the records of one whole walk.
+        let whole = {
+            // The same trie built apart (a clone would share the nodes and their marks).
+            let mut u = Trie::new();
+            for (i, k) in keys.iter().enumerate() {
+                u.insert(k, Raw(vec![i as u8]), &NoLoader).unwrap();
+            }
+            u.root_hash();
+            u.take_dirty(|_, _| {});
+            u.insert(&keys[5], Raw(vec![0xaa]), &NoLoader).unwrap();
+            *u.get_mut(&keys[9], &NoLoader).unwrap().unwrap() = Raw(vec![0xbb]);
+            u.insert(&fresh, Raw(vec![0xcc]), &NoLoader).unwrap();
+            assert!(u.remove(&keys[17], &NoLoader).unwrap());
+            assert_eq!(u.root_hash(), t.root_hash());
+            let mut records = Vec::new();
+            u.take_dirty(|p, r| records.push((p.to_vec(), r)));
+            records
+        };
+        let (mut taken, mut records) = (Vec::new(), Vec::new());
+        for half in [0, 1] {
+            t.take_dirty_half(
+                half,
+                |p, r| records.push((p.to_vec(), r)),
+                |p, r| taken.push((p.to_vec(), r.0.clone())),
+            );
+        }
+        t.took_both_halves();
         assert_eq!(taken, got, "after the changes too");
+        assert_eq!(records, whole);
+        assert!(
+            !records.is_empty() && records[0].0.is_empty(),
+            "the root's first"
+        );
         assert!(leaves(&t).is_empty());
     }
 
