@@ -197,6 +197,8 @@ fn bench(a: BenchArgs) -> CliResult {
         }
         None => None,
     };
+    // With a finality lag each finalization would rebuild its target from the write logs.
+    let keep_parent_states = a.keep_parent_states || a.finality_lag > 0;
     let cfg = PaprikaConfig {
         blocks: a.blocks,
         accounts_per_block: a.accounts_per_block,
@@ -208,7 +210,7 @@ fn bench(a: BenchArgs) -> CliResult {
         rows: a.rows,
         cached_levels: a.cached_levels,
         pipeline: !a.no_pipeline,
-        keep_parent_states: a.keep_parent_states || a.finality_lag > 0,
+        keep_parent_states,
     };
     let pb = progress_bar(a.blocks, "state bench", a.json);
     let cpu0 = cpu_seconds();
@@ -308,7 +310,7 @@ fn bench(a: BenchArgs) -> CliResult {
             a.finality_lag,
             a.finalize_every,
             if a.no_pipeline { "" } else { ", pipelined" },
-            if a.keep_parent_states || a.finality_lag > 0 {
+            if keep_parent_states {
                 ", parent states kept"
             } else {
                 ", each block takes its parent's trie over"

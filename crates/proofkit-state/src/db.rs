@@ -405,9 +405,10 @@ impl Db {
         // while the logs they may need are there (oldest first: each from the one before).
         let mut stay = vec![id];
         let mut cur = self.blocks[&id].parent;
+        let target_number = self.blocks[&id].number;
         for _ in 0..self.history {
             match self.blocks.get(&cur) {
-                Some(c) if c.number < self.blocks[&id].number => {
+                Some(c) if c.number < target_number => {
                     stay.push(cur);
                     cur = c.parent;
                 }
@@ -450,17 +451,10 @@ impl Db {
                 keep.insert(p, verdict);
             }
         }
-        // The newest `history` finalized ancestors stay readable (not buildable on); marked
-        // after the descendants were found, so forks off them are still dropped.
-        let mut cur = self.blocks[&id].parent;
-        for _ in 0..self.history {
-            match self.blocks.get(&cur) {
-                Some(c) if c.number < number => {
-                    keep.insert(cur, true);
-                    cur = c.parent;
-                }
-                _ => break,
-            }
+        // The newest `history` finalized ancestors (found above) stay readable (not buildable
+        // on); marked after the descendants were found, so forks off them are still dropped.
+        for &b in &stay[1..] {
+            keep.insert(b, true);
         }
         // Dropped before the pruning below, so that the finalized trie's nodes are its own
         // again and are pruned in place; on the pool, the blocks split between its threads
