@@ -1065,12 +1065,31 @@ fn splice_leaf(
     ops: &[Op],
     out: &mut [u8],
 ) -> Result<Option<usize>, StoreError> {
+    /// The last key written, which the next entry is encoded after.
+    struct Prev {
+        key: [u8; MAX_KEY],
+        len: usize,
+    }
+    impl Prev {
+        /// Encodes `k`, `v` after this key and makes `k` the last key; false when it does
+        /// not fit.
+        fn encode(&mut self, w: &mut LeafWriter, k: &[u8], v: &[u8]) -> bool {
+            let fits = w.encode(&self.key[..self.len], k, v);
+            self.key[..k.len()].copy_from_slice(k);
+            self.len = k.len();
+            fits
+        }
+    }
     let mut w = LeafWriter::new(depth, out);
     let mut cur = LeafCursor::new(id, old)?;
     let mut ops = ops.iter().peekable();
-    // The key written last, and whether the next old entry follows it in `old` too (then its
-    // stored bytes are valid here as they are).
-    let (mut prev, mut prev_len, mut follows) = ([0u8; MAX_KEY], 0, true);
+    let mut prev = Prev {
+        key: [0; MAX_KEY],
+        len: 0,
+    };
+    // Whether the next old entry follows the last key written in `old` too (then its stored
+    // bytes are valid here as they are).
+    let mut follows = true;
     // A run of old entries being copied: their bytes in `old`, and where they go.
     let mut run: Option<(usize, usize, usize)> = None;
     let flush = |w: &mut LeafWriter, run: &mut Option<(usize, usize, usize)>| {
@@ -1084,17 +1103,16 @@ fn splice_leaf(
         while let Some(op) = ops.next_if(|op| op.key() < k) {
             if let Op::Put(key, value) = op {
                 flush(&mut w, &mut run);
-                if !w.encode(&prev[..prev_len], key, value) {
+                if !prev.encode(&mut w, key, value) {
                     return Ok(None);
                 }
-                prev[..key.len()].copy_from_slice(key);
-                (prev_len, follows) = (key.len(), false);
+                follows = false;
             }
         }
         match ops.next_if(|op| op.key() == k) {
             Some(Op::Put(_, value)) => {
                 flush(&mut w, &mut run);
-                if !w.encode(&prev[..prev_len], k, value) {
+                if !prev.encode(&mut w, k, value) {
                     return Ok(None);
                 }
             }
@@ -1105,41 +1123,36 @@ fn splice_leaf(
                 continue;
             }
             None if follows => {
-                let at = match run {
-                    Some((_, to, _)) if to == start => None,
-                    _ => Some(w.o),
-                };
-                if !w.reserve(k, cur.shared, cur.at - start) {
+                let len = cur.at - start;
+                if !w.reserve(k, cur.shared, len) {
                     return Ok(None);
                 }
-                match (at, &mut run) {
-                    (None, Some((_, to, _))) => *to = cur.at,
-                    (Some(at), _) => {
+                match &mut run {
+                    Some((_, to, _)) if *to == start => *to = cur.at,
+                    _ => {
                         flush(&mut w, &mut run);
-                        run = Some((start, cur.at, at));
+                        run = Some((start, cur.at, w.o - len));
                     }
-                    (None, None) => unreachable!("a run continues only when there is one"),
                 }
+                prev.key = cur.key;
+                prev.len = cur.key_len;
             }
             None => {
                 flush(&mut w, &mut run);
-                if !w.encode(&prev[..prev_len], k, cur.value) {
+                if !prev.encode(&mut w, k, cur.value) {
                     return Ok(None);
                 }
             }
         }
-        prev = cur.key;
-        (prev_len, follows) = (cur.key_len, true);
+        follows = true;
         start = cur.at;
     }
     flush(&mut w, &mut run);
     for op in ops {
         if let Op::Put(key, value) = op {
-            if !w.encode(&prev[..prev_len], key, value) {
+            if !prev.encode(&mut w, key, value) {
                 return Ok(None);
             }
-            prev[..key.len()].copy_from_slice(key);
-            prev_len = key.len();
         }
     }
     let bytes = w.bytes();
