@@ -1345,9 +1345,33 @@ fn child_entry<V: TrieValue>(child: &Child<V>) -> ChildEntry {
 
 /// The stored record of a branch: its children's entries.
 fn branch_record<V: TrieValue>(children: &Children<V>) -> Vec<u8> {
-    let entries: [Option<ChildEntry>; 16] =
-        std::array::from_fn(|i| children[i].as_ref().map(child_entry));
-    encode_record(&entries)
+    let mut out = Vec::with_capacity(2 + 35 * 16);
+    write_branch_record(children, &mut out);
+    out
+}
+
+/// Appends the record of a branch with `children` to `out`: the bytes of [`encode_record`]
+/// of their [`child_entry`]s, written straight from the cells (no entries built: an
+/// extension's path is not copied).
+fn write_branch_record<V: TrieValue>(children: &Children<V>, out: &mut Vec<u8>) {
+    let bits = children
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.is_some())
+        .fold(0u16, |b, (i, _)| b | 1 << i);
+    out.extend_from_slice(&bits.to_le_bytes());
+    for c in children.iter().flatten() {
+        match c {
+            Child::Stored(StoredKind::Leaf, r) => put_entry(0, None, r, out),
+            Child::Stored(StoredKind::Branch, r) => put_entry(1, None, r, out),
+            Child::Mem(cell) => match &cell.node {
+                Node::Leaf { .. } => put_entry(0, None, &node_ref(cell), out),
+                Node::Branch { .. } => put_entry(1, None, &node_ref(cell), out),
+                Node::Extension { path, child } => put_entry(2, Some(path), &child_ref(child), out),
+                Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+            },
+        }
+    }
 }
 
 /// Record layout: a u16 bitmap of the present children (bit i: child i), then each present
@@ -1370,24 +1394,22 @@ pub fn encode_record(entries: &[Option<ChildEntry>; 16]) -> Vec<u8> {
 /// u8][path nibbles packed, high first]`, then `[reference length u8][reference]` (of the
 /// leaf or branch; for an extension, of its branch).
 pub fn encode_entry(e: &ChildEntry, out: &mut Vec<u8>) {
-    let r = match e {
-        ChildEntry::Leaf(r) => {
-            out.push(0);
-            r
+    match e {
+        ChildEntry::Leaf(r) => put_entry(0, None, r, out),
+        ChildEntry::Branch(r) => put_entry(1, None, r, out),
+        ChildEntry::Extension(p, r) => put_entry(2, Some(p), r, out),
+    }
+}
+
+/// The bytes of one entry (see [`encode_entry`]): `tag`, an extension's path, the reference.
+fn put_entry(tag: u8, extension_path: Option<&[u8]>, r: &NodeRef, out: &mut Vec<u8>) {
+    out.push(tag);
+    if let Some(p) = extension_path {
+        out.push(p.len() as u8);
+        for pair in p.chunks(2) {
+            out.push((pair[0] << 4) | pair.get(1).copied().unwrap_or(0));
         }
-        ChildEntry::Branch(r) => {
-            out.push(1);
-            r
-        }
-        ChildEntry::Extension(p, r) => {
-            out.push(2);
-            out.push(p.len() as u8);
-            for pair in p.chunks(2) {
-                out.push((pair[0] << 4) | pair.get(1).copied().unwrap_or(0));
-            }
-            r
-        }
-    };
+    }
     out.push(r.len);
     out.extend_from_slice(r.bytes());
 }
@@ -2017,6 +2039,62 @@ mod tests {
             check(&older, &format!("round {round}, older version"));
             versions.push(v);
         }
+    }
+
+    /// A branch's record written straight from its children's cells is the encoding of their
+    /// entries, for every kind of child: leaves, branches and extensions in memory, and
+    /// leaves and branches pruned to stored references.
+    #[test]
+    fn branch_records_are_their_children_entries_encoded() {
+        let key = |i: u32| nibbles(&keccak256(&i.to_le_bytes()));
+        let mut t = Trie::new();
+        for i in 0..400 {
+            t.insert(&key(i), Raw(vec![1; 40]), &NoLoader).unwrap();
+        }
+        t.root_hash();
+        t.take_dirty(|_, _| {});
+        // Written after the records were taken: kept in memory by the pruning below, beside
+        // siblings that become stored references. Each key's twin differs in its last nibble
+        // only, so the pair hangs below an extension.
+        for i in 1000..1030 {
+            let k = key(i);
+            let mut twin = k;
+            twin[63] ^= 1;
+            t.insert(&k, Raw(vec![2]), &NoLoader).unwrap();
+            t.insert(&twin, Raw(vec![3]), &NoLoader).unwrap();
+        }
+        t.root_hash();
+        let pruned = t.pruned(3);
+        fn visit(c: &Child<Raw>, seen: &mut [usize; 5]) {
+            let Child::Mem(cell) = c else { return };
+            match &cell.node {
+                Node::Extension { child, .. } => visit(child, seen),
+                Node::Branch { children } => {
+                    let entries: [Option<ChildEntry>; 16] =
+                        std::array::from_fn(|i| children[i].as_ref().map(child_entry));
+                    assert_eq!(branch_record(children), encode_record(&entries));
+                    for c in children.iter().flatten() {
+                        let kind = match c {
+                            Child::Stored(StoredKind::Leaf, _) => 0,
+                            Child::Stored(StoredKind::Branch, _) => 1,
+                            Child::Mem(m) => match &m.node {
+                                Node::Leaf { .. } => 2,
+                                Node::Branch { .. } => 3,
+                                _ => 4,
+                            },
+                        };
+                        seen[kind] += 1;
+                        visit(c, seen);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut seen = [0; 5];
+        for trie in [&t, &pruned] {
+            visit(trie.root.as_ref().unwrap(), &mut seen);
+        }
+        assert!(seen.iter().all(|&n| n > 0), "every kind of child: {seen:?}");
     }
 
     #[test]
