@@ -1354,12 +1354,7 @@ fn branch_record<V: TrieValue>(children: &Children<V>) -> Vec<u8> {
 /// of their [`child_entry`]s, written straight from the cells (no entries built: an
 /// extension's path is not copied).
 fn write_branch_record<V: TrieValue>(children: &Children<V>, out: &mut Vec<u8>) {
-    let bits = children
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.is_some())
-        .fold(0u16, |b, (i, _)| b | 1 << i);
-    out.extend_from_slice(&bits.to_le_bytes());
+    out.extend_from_slice(&presence_bits(children).to_le_bytes());
     for c in children.iter().flatten() {
         match c {
             Child::Stored(StoredKind::Leaf, r) => put_entry(0, None, r, out),
@@ -1378,16 +1373,20 @@ fn write_branch_record<V: TrieValue>(children: &Children<V>, out: &mut Vec<u8>) 
 /// child's entry (see [`encode_entry`]).
 pub fn encode_record(entries: &[Option<ChildEntry>; 16]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + 34 * 16);
-    let bits = entries
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.is_some())
-        .fold(0u16, |b, (i, _)| b | 1 << i);
-    out.extend_from_slice(&bits.to_le_bytes());
+    out.extend_from_slice(&presence_bits(entries).to_le_bytes());
     for e in entries.iter().flatten() {
         encode_entry(e, &mut out);
     }
     out
+}
+
+/// A record's bitmap: bit i set when slot i holds a child.
+fn presence_bits<T>(slots: &[Option<T>; 16]) -> u16 {
+    slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_some())
+        .fold(0, |b, (i, _)| b | 1 << i)
 }
 
 /// Entry layout: `[tag: 0 leaf, 1 branch, 2 extension]` then, for an extension, `[path length
