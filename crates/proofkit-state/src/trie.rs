@@ -1343,36 +1343,36 @@ fn child_entry<V: TrieValue>(child: &Child<V>) -> ChildEntry {
     }
 }
 
-/// The stored record of a branch: its children's entries.
+/// The stored record of a branch: the bytes of [`encode_record`] of its children's
+/// [`child_entry`]s, written straight from the cells (no entries built: an extension's path
+/// is not copied).
 fn branch_record<V: TrieValue>(children: &Children<V>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + 35 * 16);
-    write_branch_record(children, &mut out);
-    out
-}
-
-/// Appends the record of a branch with `children` to `out`: the bytes of [`encode_record`]
-/// of their [`child_entry`]s, written straight from the cells (no entries built: an
-/// extension's path is not copied).
-fn write_branch_record<V: TrieValue>(children: &Children<V>, out: &mut Vec<u8>) {
+    let mut out = Vec::with_capacity(RECORD_CAPACITY);
     out.extend_from_slice(&presence_bits(children).to_le_bytes());
     for c in children.iter().flatten() {
         match c {
-            Child::Stored(StoredKind::Leaf, r) => put_entry(0, None, r, out),
-            Child::Stored(StoredKind::Branch, r) => put_entry(1, None, r, out),
+            Child::Stored(StoredKind::Leaf, r) => put_entry(TAG_LEAF, None, r, &mut out),
+            Child::Stored(StoredKind::Branch, r) => put_entry(TAG_BRANCH, None, r, &mut out),
             Child::Mem(cell) => match &cell.node {
-                Node::Leaf { .. } => put_entry(0, None, &node_ref(cell), out),
-                Node::Branch { .. } => put_entry(1, None, &node_ref(cell), out),
-                Node::Extension { path, child } => put_entry(2, Some(path), &child_ref(child), out),
+                Node::Leaf { .. } => put_entry(TAG_LEAF, None, &node_ref(cell), &mut out),
+                Node::Branch { .. } => put_entry(TAG_BRANCH, None, &node_ref(cell), &mut out),
+                Node::Extension { path, child } => {
+                    put_entry(TAG_EXTENSION, Some(path), &child_ref(child), &mut out)
+                }
                 Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
             },
         }
     }
+    out
 }
+
+/// A record's usual size: the bitmap and 16 entries of a 32-byte reference.
+const RECORD_CAPACITY: usize = 2 + 35 * 16;
 
 /// Record layout: a u16 bitmap of the present children (bit i: child i), then each present
 /// child's entry (see [`encode_entry`]).
 pub fn encode_record(entries: &[Option<ChildEntry>; 16]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + 34 * 16);
+    let mut out = Vec::with_capacity(RECORD_CAPACITY);
     out.extend_from_slice(&presence_bits(entries).to_le_bytes());
     for e in entries.iter().flatten() {
         encode_entry(e, &mut out);
@@ -1394,11 +1394,16 @@ fn presence_bits<T>(slots: &[Option<T>; 16]) -> u16 {
 /// leaf or branch; for an extension, of its branch).
 pub fn encode_entry(e: &ChildEntry, out: &mut Vec<u8>) {
     match e {
-        ChildEntry::Leaf(r) => put_entry(0, None, r, out),
-        ChildEntry::Branch(r) => put_entry(1, None, r, out),
-        ChildEntry::Extension(p, r) => put_entry(2, Some(p), r, out),
+        ChildEntry::Leaf(r) => put_entry(TAG_LEAF, None, r, out),
+        ChildEntry::Branch(r) => put_entry(TAG_BRANCH, None, r, out),
+        ChildEntry::Extension(p, r) => put_entry(TAG_EXTENSION, Some(p), r, out),
     }
 }
+
+/// An entry's tag byte.
+const TAG_LEAF: u8 = 0;
+const TAG_BRANCH: u8 = 1;
+const TAG_EXTENSION: u8 = 2;
 
 /// The bytes of one entry (see [`encode_entry`]): `tag`, an extension's path, the reference.
 fn put_entry(tag: u8, extension_path: Option<&[u8]>, r: &NodeRef, out: &mut Vec<u8>) {
@@ -1417,7 +1422,7 @@ fn put_entry(tag: u8, extension_path: Option<&[u8]>, r: &NodeRef, out: &mut Vec<
 pub fn decode_entry(b: &mut &[u8]) -> Option<ChildEntry> {
     let (&tag, rest) = b.split_first()?;
     *b = rest;
-    let ext = if tag == 2 {
+    let ext = if tag == TAG_EXTENSION {
         let (&n, rest) = b.split_first()?;
         let n = n as usize;
         let bytes = rest.get(..n.div_ceil(2))?;
@@ -1435,7 +1440,7 @@ pub fn decode_entry(b: &mut &[u8]) -> Option<ChildEntry> {
         }
         *b = &rest[n.div_ceil(2)..];
         Some(path)
-    } else if tag > 2 {
+    } else if tag > TAG_EXTENSION {
         return None;
     } else {
         None
@@ -1444,8 +1449,8 @@ pub fn decode_entry(b: &mut &[u8]) -> Option<ChildEntry> {
     let r = NodeRef::from_bytes(rest.get(..len as usize)?)?;
     *b = &rest[len as usize..];
     Some(match (tag, ext) {
-        (0, _) => ChildEntry::Leaf(r),
-        (1, _) => ChildEntry::Branch(r),
+        (TAG_LEAF, _) => ChildEntry::Leaf(r),
+        (TAG_BRANCH, _) => ChildEntry::Branch(r),
         (_, Some(p)) => ChildEntry::Extension(p, r),
         _ => return None,
     })
