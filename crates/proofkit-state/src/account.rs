@@ -127,27 +127,50 @@ impl Account {
     }
 }
 
-/// A non-zero storage value (trimmed big-endian bytes).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StorageValue(pub Box<[u8]>);
+/// A non-zero storage value (trimmed big-endian bytes), held inline: every slot written is a
+/// leaf of a storage trie, and a heap buffer per value was one allocation (and one free when
+/// the leaf is pruned) per slot and block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StorageValue {
+    len: u8,
+    bytes: [u8; 32],
+}
 
 impl StorageValue {
     /// `None` for zero (a zero value deletes the slot).
     pub fn new(v: &U256) -> Option<Self> {
-        let t = rlp::trim(v);
-        (!t.is_empty()).then(|| StorageValue(t.into()))
+        Self::from_trimmed(rlp::trim(v))
+    }
+
+    /// The value of trimmed big-endian bytes: `None` unless 1 to 32 bytes long.
+    pub fn from_trimmed(t: &[u8]) -> Option<Self> {
+        if t.is_empty() || t.len() > 32 {
+            return None;
+        }
+        let mut bytes = [0; 32];
+        bytes[..t.len()].copy_from_slice(t);
+        Some(StorageValue {
+            len: t.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The trimmed big-endian bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
     }
 
     pub fn to_u256(&self) -> U256 {
+        let t = self.as_bytes();
         let mut v = [0u8; 32];
-        v[32 - self.0.len()..].copy_from_slice(&self.0);
+        v[32 - t.len()..].copy_from_slice(t);
         v
     }
 }
 
 impl TrieValue for StorageValue {
     fn leaf_bytes(&self, out: &mut Vec<u8>) {
-        rlp::encode_bytes(out, &self.0);
+        rlp::encode_bytes(out, self.as_bytes());
     }
 }
 

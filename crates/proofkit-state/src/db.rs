@@ -239,7 +239,7 @@ impl Db {
                 number: meta.block_number,
                 state: OnceLock::from(state),
                 root,
-                log: WriteLog::new(),
+                log: WriteLog::default(),
             },
         );
         Ok(Db {
@@ -481,7 +481,7 @@ impl Db {
         // `id` by then).
         let t4 = process_seconds();
         let target = self.blocks.get_mut(&id).expect("kept above");
-        target.log = WriteLog::new();
+        target.log = WriteLog::default();
         let target = target.state.get_mut().expect("rebuilt above");
         let pruned = target.prune(self.cached_levels);
         let state = target.clone();

@@ -117,6 +117,15 @@ fn load_branch<V: crate::trie::TrieValue>(
         .map_err(|e| LoadError::new(pos, e.to_string()))?
         .ok_or_else(|| LoadError::new(pos, "branch record missing"))?;
     let entries = decode_record(&rec).ok_or_else(|| LoadError::new(pos, "bad branch record"))?;
+    // An extension below `pos` leaves its branch at least one nibble of the 64-nibble key.
+    let room = 64usize.saturating_sub(pos.len() + 2);
+    if entries
+        .iter()
+        .flatten()
+        .any(|e| matches!(e, ChildEntry::Extension(p, _) if p.len() > room))
+    {
+        return Err(LoadError::new(pos, "extension path longer than the key"));
+    }
     Ok(LoadedNode::Branch {
         children: record_children(&entries),
     })
@@ -179,12 +188,13 @@ impl Loader<StorageValue> for StorageLoader<'_> {
             StoredKind::Branch => load_branch(self.0, Some(&self.1), pos),
             StoredKind::Leaf => {
                 let (k, v) = find_leaf(self.0, Some(&self.1), pos)?;
-                if v.is_empty() || v.len() > 32 || v[0] == 0 {
-                    return Err(LoadError::new(pos, "bad storage value"));
-                }
+                let value = match StorageValue::from_trimmed(&v) {
+                    Some(value) if v[0] != 0 => value,
+                    _ => return Err(LoadError::new(pos, "bad storage value")),
+                };
                 Ok(LoadedNode::Leaf {
                     path: nibbles(&k[32..].try_into().expect("a 64-byte key"))[pos.len()..].into(),
-                    value: StorageValue(v.into()),
+                    value,
                 })
             }
         }
@@ -220,7 +230,10 @@ pub struct AccountWrite {
 }
 
 /// A block's writes by hashed address.
-pub type WriteLog = HashMap<B256, AccountWrite>;
+/// Keyed by hashed address, with `foldhash`'s seeded hasher: SipHash (std's) was ~0.6% of a
+/// benchmark block's CPU, and the keys are hashes an attacker can grind, so the hasher stays
+/// seeded per process.
+pub type WriteLog = HashMap<B256, AccountWrite, foldhash::quality::RandomState>;
 
 const CORRUPT: &str = "the state store was damaged after it was opened (use the try_ reads)";
 
@@ -344,8 +357,10 @@ impl State {
             k.extend_from_slice(hslot);
             match self.base_get(&k)? {
                 None => Ok([0; 32]),
-                Some(v) if !v.is_empty() && v.len() <= 32 => Ok(StorageValue(v.into()).to_u256()),
-                Some(_) => Err(StateError::Store("bad storage value".into())),
+                Some(v) => match StorageValue::from_trimmed(&v) {
+                    Some(value) => Ok(value.to_u256()),
+                    None => Err(StateError::Store("bad storage value".into())),
+                },
             }
         };
         match self.accounts.lookup(&nibbles(haddr)) {
@@ -578,7 +593,7 @@ impl Writer {
     pub fn new(state: State) -> Self {
         Writer {
             state,
-            log: WriteLog::new(),
+            log: WriteLog::default(),
             last: None,
             last_slot: None,
             error: None,
@@ -636,6 +651,7 @@ impl Writer {
         let addrs: Vec<&[u8]> = accounts.iter().map(|(a, _)| &a[..]).collect();
         let haddrs = keccak256_many(&addrs);
         self.state.prefetch_accounts(&haddrs);
+        self.log.reserve(accounts.len());
         for ((addr, account), haddr) in accounts.iter().zip(haddrs) {
             self.set_account_at(haddr, *account);
             self.last = Some((*addr, haddr));

@@ -77,7 +77,7 @@ pub trait Loader<V> {
 
 /// A node as a [`Loader`] gives it.
 pub enum LoadedNode<V> {
-    Leaf { path: Box<[u8]>, value: V },
+    Leaf { path: Nibbles, value: V },
     Branch { children: Box<Children<V>> },
 }
 
@@ -183,11 +183,11 @@ impl NodeRef {
 
 enum Node<V> {
     Leaf {
-        path: Box<[u8]>,
+        path: Nibbles,
         value: V,
     },
     Extension {
-        path: Box<[u8]>,
+        path: Nibbles,
         child: Child<V>,
     },
     /// Boxed, so that leaves (most nodes) stay small.
@@ -372,7 +372,7 @@ pub fn entry_child<V: TrieValue>(e: &ChildEntry) -> Child<V> {
         ChildEntry::Extension(path, r) => {
             let c = Arc::new(Cell {
                 node: Node::Extension {
-                    path: path.clone(),
+                    path: Nibbles::from(&path[..]),
                     child: Child::Stored(StoredKind::Branch, *r),
                 },
                 cached: OnceLock::new(),
@@ -427,11 +427,53 @@ pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-fn concat(a: &[u8], b: &[u8]) -> Box<[u8]> {
-    let mut v = Vec::with_capacity(a.len() + b.len());
-    v.extend_from_slice(a);
-    v.extend_from_slice(b);
-    v.into_boxed_slice()
+fn concat(a: &[u8], b: &[u8]) -> Nibbles {
+    let mut n = Nibbles::from(a);
+    n.extend_from_slice(b);
+    n
+}
+
+/// A node's path (one nibble a byte, at most 64: the nibbles of a 32-byte key), held inline in
+/// the node: a heap buffer per leaf was two of the allocations (and frees, when the leaf is
+/// pruned) of every account and slot a block writes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Nibbles {
+    len: u8,
+    n: [u8; 64],
+}
+
+impl Nibbles {
+    /// Appends `more` (the path stays at most 64 nibbles: the keys are 32 bytes).
+    fn extend_from_slice(&mut self, more: &[u8]) {
+        let at = self.len as usize;
+        self.n[at..at + more.len()].copy_from_slice(more);
+        self.len += more.len() as u8;
+    }
+}
+
+impl From<&[u8]> for Nibbles {
+    /// Panics past 64 nibbles (no path of a 32-byte key is longer).
+    fn from(p: &[u8]) -> Self {
+        let mut n = [0; 64];
+        n[..p.len()].copy_from_slice(p);
+        Nibbles {
+            len: p.len() as u8,
+            n,
+        }
+    }
+}
+
+impl std::ops::Deref for Nibbles {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.n[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for Nibbles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// Hex-prefix encoding (Yellow Paper appendix C).
@@ -1338,7 +1380,9 @@ fn child_entry<V: TrieValue>(child: &Child<V>) -> ChildEntry {
     match &cell.node {
         Node::Leaf { .. } => ChildEntry::Leaf(node_ref(cell)),
         Node::Branch { .. } => ChildEntry::Branch(node_ref(cell)),
-        Node::Extension { path, child } => ChildEntry::Extension(path.clone(), child_ref(child)),
+        Node::Extension { path, child } => {
+            ChildEntry::Extension(Box::from(&path[..]), child_ref(child))
+        }
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
 }
@@ -1435,7 +1479,8 @@ pub fn decode_entry(b: &mut &[u8]) -> Option<ChildEntry> {
                 }
             })
             .collect();
-        if n == 0 || (n % 2 == 1 && bytes[n / 2] & 15 != 0) {
+        // At most 63 nibbles: the branch below an extension takes one more of the key's 64.
+        if n == 0 || n > 63 || (n % 2 == 1 && bytes[n / 2] & 15 != 0) {
             return None;
         }
         *b = &rest[n.div_ceil(2)..];
@@ -1890,6 +1935,25 @@ mod tests {
     }
 
     #[test]
+    fn extension_entries_longer_than_a_key_are_malformed() {
+        // Tag, path length, packed path, reference length, a 32-byte hash.
+        let entry = |n: usize| {
+            let mut b = vec![TAG_EXTENSION, n as u8];
+            b.extend(std::iter::repeat(0x12).take(n / 2));
+            if n % 2 == 1 {
+                b.push(0x10);
+            }
+            b.push(32);
+            b.extend_from_slice(&[7; 32]);
+            b
+        };
+        let e = decode_entry(&mut &entry(63)[..]).expect("63 nibbles fit under a branch");
+        assert!(matches!(e, ChildEntry::Extension(ref p, _) if p.len() == 63));
+        assert!(decode_entry(&mut &entry(64)[..]).is_none());
+        assert!(decode_entry(&mut &entry(200)[..]).is_none());
+    }
+
+    #[test]
     fn hex_prefix_round_trips() {
         for len in 0..6 {
             for leaf in [false, true] {
@@ -1926,7 +1990,7 @@ mod tests {
                     let value: Vec<u8> = (0..len).map(|i| first.wrapping_add(i as u8)).collect();
                     let path: Vec<u8> = (0..path_len).map(|i| (i * 7 % 16) as u8).collect();
                     let cell = Cell::new(Node::Leaf {
-                        path: path.clone().into(),
+                        path: path[..].into(),
                         value: Raw(value.clone()),
                     });
                     let mut got = vec![0xAA, 0xBB];
