@@ -229,10 +229,9 @@ pub struct AccountWrite {
     pub storage: BTreeMap<B256, U256>,
 }
 
-/// A block's writes by hashed address.
-/// Keyed by hashed address, with `foldhash`'s seeded hasher: SipHash (std's) was ~0.6% of a
-/// benchmark block's CPU, and the keys are hashes an attacker can grind, so the hasher stays
-/// seeded per process.
+/// A block's writes by hashed address, on `foldhash`'s seeded hasher: std's SipHash was ~0.6%
+/// of a benchmark block's CPU, and the keys are hashes an attacker can grind, so the hasher
+/// stays seeded per process.
 pub type WriteLog = HashMap<B256, AccountWrite, foldhash::quality::RandomState>;
 
 const CORRUPT: &str = "the state store was damaged after it was opened (use the try_ reads)";
