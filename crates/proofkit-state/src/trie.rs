@@ -113,7 +113,7 @@ pub enum Lookup<'a, V> {
 pub enum ChildEntry {
     Leaf(NodeRef),
     Branch(NodeRef),
-    Extension(Box<[u8]>, NodeRef),
+    Extension(Nibbles, NodeRef),
 }
 
 /// How a parent refers to a node: its hash, or its RLP when that is shorter than 32 bytes.
@@ -372,7 +372,7 @@ pub fn entry_child<V: TrieValue>(e: &ChildEntry) -> Child<V> {
         ChildEntry::Extension(path, r) => {
             let c = Arc::new(Cell {
                 node: Node::Extension {
-                    path: Nibbles::from(&path[..]),
+                    path: path.clone(),
                     child: Child::Stored(StoredKind::Branch, *r),
                 },
                 cached: OnceLock::new(),
@@ -1380,9 +1380,7 @@ fn child_entry<V: TrieValue>(child: &Child<V>) -> ChildEntry {
     match &cell.node {
         Node::Leaf { .. } => ChildEntry::Leaf(node_ref(cell)),
         Node::Branch { .. } => ChildEntry::Branch(node_ref(cell)),
-        Node::Extension { path, child } => {
-            ChildEntry::Extension(Box::from(&path[..]), child_ref(child))
-        }
+        Node::Extension { path, child } => ChildEntry::Extension(path.clone(), child_ref(child)),
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
     }
 }
@@ -1470,18 +1468,20 @@ pub fn decode_entry(b: &mut &[u8]) -> Option<ChildEntry> {
         let (&n, rest) = b.split_first()?;
         let n = n as usize;
         let bytes = rest.get(..n.div_ceil(2))?;
-        let path: Box<[u8]> = (0..n)
-            .map(|i| {
-                if i % 2 == 0 {
-                    bytes[i / 2] >> 4
-                } else {
-                    bytes[i / 2] & 15
-                }
-            })
-            .collect();
         // At most 63 nibbles: the branch below an extension takes one more of the key's 64.
         if n == 0 || n > 63 || (n % 2 == 1 && bytes[n / 2] & 15 != 0) {
             return None;
+        }
+        let mut path = Nibbles {
+            len: n as u8,
+            n: [0; 64],
+        };
+        for (i, nibble) in path.n[..n].iter_mut().enumerate() {
+            *nibble = if i % 2 == 0 {
+                bytes[i / 2] >> 4
+            } else {
+                bytes[i / 2] & 15
+            };
         }
         *b = &rest[n.div_ceil(2)..];
         Some(path)
@@ -1939,7 +1939,7 @@ mod tests {
         // Tag, path length, packed path, reference length, a 32-byte hash.
         let entry = |n: usize| {
             let mut b = vec![TAG_EXTENSION, n as u8];
-            b.extend(std::iter::repeat(0x12).take(n / 2));
+            b.extend(std::iter::repeat_n(0x12, n / 2));
             if n % 2 == 1 {
                 b.push(0x10);
             }
