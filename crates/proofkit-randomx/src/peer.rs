@@ -241,6 +241,13 @@ impl PeerCache<'_> {
 }
 
 impl PeerDataset<'_> {
+    /// The dataset's memory (`randomx_get_dataset_memory`), for experiments that run other code
+    /// on the same bytes.
+    pub fn memory_ptr(&self) -> *const u8 {
+        // SAFETY: the symbol has the randomx.h signature and the dataset is alive.
+        unsafe { self.lib.sym::<GetMemory>(b"randomx_get_dataset_memory\0")(self.ptr) as *const u8 }
+    }
+
     /// Item `i` of an initialised range.
     pub fn item(&self, i: u64) -> [u64; 8] {
         // SAFETY: the dataset memory holds dataset_item_count() items; callers pass an
