@@ -9,7 +9,7 @@
 //! Usage: `loop_ab [programs] [repetitions]` (default 16, 20); reserve hugetlb pages first
 //! (two datasets: `echo 3000 > /proc/sys/vm/nr_hugepages`).
 use proofkit_core::memory::LargeBuffer;
-use proofkit_randomx::analysis::{AnalysisVm, Observer};
+use proofkit_randomx::analysis::{program_settings, AnalysisVm, Observer};
 use proofkit_randomx::config::*;
 use proofkit_randomx::peer::{LibRandomx, FLAG_FULL_MEM, FLAG_LARGE_PAGES};
 use proofkit_randomx::program::Program;
@@ -75,33 +75,6 @@ fn code_region(pages: PagePolicy) -> LargeBuffer {
     b
 }
 
-struct Cfg {
-    rr: [u8; 4],
-    offset: u64,
-    e_mask: [u64; 2],
-    ma: u32,
-    mx: u32,
-    a: [[f64; 2]; 4],
-}
-fn cfg(ent: &[u64; 16]) -> Cfg {
-    let spf = |e: u64| f64::from_bits(((((e >> 59) + 1023) & 0x7ff) << 52) | (e & ((1 << 52) - 1)));
-    let fm = |e: u64| (e & ((1 << 22) - 1)) | ((0x300 | ((e >> 60) << 4)) << 52);
-    let s = ent[12];
-    Cfg {
-        rr: [
-            (s & 1) as u8,
-            2 + ((s >> 1) & 1) as u8,
-            4 + ((s >> 2) & 1) as u8,
-            6 + ((s >> 3) & 1) as u8,
-        ],
-        offset: (ent[13] % DATASET_EXTRA_ITEMS) * 64,
-        e_mask: [fm(ent[14]), fm(ent[15])],
-        ma: (ent[8] & CACHE_LINE_ALIGN_MASK) as u32,
-        mx: ent[10] as u32,
-        a: std::array::from_fn(|i| [spf(ent[2 * i]), spf(ent[2 * i + 1])]),
-    }
-}
-
 fn mxcsr() -> u32 {
     let mut v = 0u32;
     // SAFETY: stmxcsr writes 4 bytes to a local.
@@ -150,7 +123,7 @@ fn main() {
         let mut last = Last(None);
         assert_eq!(avm.hash_observed(input.as_bytes(), &mut last), h);
         let (program, code) = last.0.unwrap();
-        let cf = cfg(&program.entropy);
+        let cf = program_settings(&program.entropy);
         let mut rregion = code_region(pages);
         // SAFETY: experiment; the reference's buffer is readable and alive (pvm).
         unsafe {
@@ -158,7 +131,7 @@ fn main() {
         }
         let ours = jit_x86_64::compile(
             &code,
-            cf.rr,
+            cf.read_reg,
             jit_x86_64::JitMode::Fast,
             false,
             Default::default(),
@@ -214,7 +187,7 @@ fn main() {
                         let mut m = MemRegs {
                             mx: cf.mx,
                             ma: cf.ma,
-                            memory: mem.add(cf.offset as usize),
+                            memory: mem.add(cf.dataset_offset as usize),
                         };
                         // The reference's C++ sets MXCSR (its default, FTZ and DAZ on) around the call.
                         let saved = mxcsr();
@@ -238,7 +211,7 @@ fn main() {
                             sp_addr: cf.mx as u64 | ((cf.ma as u64) << 32),
                             fprc: 0,
                             scratchpad: sp.as_mut_ptr(),
-                            dataset: mem.add(cf.offset as usize),
+                            dataset: mem.add(cf.dataset_offset as usize),
                             ..Default::default()
                         };
                         let s = now();

@@ -37,6 +37,36 @@ pub fn generate_program(seed: &[u8; 64], version: crate::Version, aes: Aes) -> P
     Program::from_bytes(&bytes, size)
 }
 
+/// A program's configuration (specs.md 4.5.3-4.5.5), derived from its 128 bytes of entropy: for
+/// tools that run compiled programs themselves (the `loop_ab` example).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramSettings {
+    /// readReg0-3: the registers that mix spAddr (0, 1) and the dataset address (2, 3).
+    pub read_reg: [u8; 4],
+    /// datasetOffset in bytes.
+    pub dataset_offset: u64,
+    /// The E registers' exponent mask (eMask) for the low and high halves.
+    pub e_mask: [u64; 2],
+    pub ma: u32,
+    pub mx: u32,
+    /// The A registers.
+    pub a: [[f64; 2]; 4],
+}
+
+/// The configuration of the program with this entropy (the first 16 words of its generator
+/// output).
+pub fn program_settings(entropy: &[u64; 16]) -> ProgramSettings {
+    let c = crate::vm::ProgramConfig::from_entropy(entropy);
+    ProgramSettings {
+        read_reg: c.read_reg.map(|r| r as u8),
+        dataset_offset: c.dataset_offset,
+        e_mask: c.e_mask,
+        ma: c.ma,
+        mx: c.mx,
+        a: c.a,
+    }
+}
+
 /// The seed of the first program of a hash: `Hash512(input)` (specs.md chapter 2, step 2). The
 /// scratchpad is filled from it first, which advances it, so the first program comes from the
 /// generator state after the fill; [`AnalysisVm`] follows that order.
