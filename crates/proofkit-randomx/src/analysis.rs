@@ -468,6 +468,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn program_settings_follow_the_configuration_rules() {
+        let mut e = [0u64; 16];
+        // readReg from bits 0-3 of word 12 (specs.md 4.5.3): 0b1010 picks r0, r3, r4, r7.
+        e[12] = 0b1010;
+        // datasetOffset = (word 13 mod (DATASET_EXTRA_SIZE / 64 + 1)) * 64.
+        e[13] = DATASET_EXTRA_ITEMS + 5;
+        // ma: word 8 masked to a 64-byte-aligned dataset address; mx: the low 32 bits of word 10.
+        e[8] = 0x1234_5678_9abc_def0;
+        e[10] = 0xffff_ffff_0000_1234;
+        // eMask: the low 22 bits of words 14/15, exponent 0x300 | (top 4 bits) << 4.
+        e[14] = 0xf000_0000_0030_0001;
+        e[15] = 0x1000_0000_0000_0002;
+        // a0's low half: exponent 1023 + (top 5 bits); mantissa the low 52 bits.
+        e[0] = (3 << 59) | 5;
+        let s = program_settings(&e);
+        assert_eq!(s.read_reg, [0, 3, 4, 7]);
+        assert_eq!(s.dataset_offset, 5 * 64);
+        assert_eq!(s.ma, (0x1234_5678_9abc_def0 & CACHE_LINE_ALIGN_MASK) as u32);
+        assert_eq!(s.ma % 64, 0);
+        assert_eq!(s.mx, 0x1234);
+        assert_eq!(s.e_mask[0], (0x3f0 << 52) | 0x30_0001);
+        assert_eq!(s.e_mask[1], (0x310 << 52) | 2);
+        assert_eq!(s.a[0][0], f64::from_bits(((1023 + 3) << 52) | 5));
+        assert_eq!(s.a[0][1], 1.0);
+    }
+
+    #[test]
     fn aes_stream_continues_the_generator_state() {
         let state: [u8; 64] = std::array::from_fn(|i| i as u8 * 7);
         for kind in [AesGeneratorKind::OneRound, AesGeneratorKind::FourRounds] {
