@@ -15,6 +15,7 @@ use proofkit_randomx::peer::{LibRandomx, FLAG_FULL_MEM, FLAG_LARGE_PAGES};
 use proofkit_randomx::program::Program;
 use proofkit_randomx::vm::interpreter::Bytecode;
 use proofkit_randomx::vm::jit_x86_64::{self, JitState};
+use proofkit_randomx::vm::mxcsr;
 use proofkit_randomx::{Cache, Dataset, DatasetSource, PagePolicy, Version};
 use std::sync::Arc;
 
@@ -61,9 +62,11 @@ impl Observer for Last {
     }
 }
 
-fn code_region(pages: PagePolicy) -> LargeBuffer {
+/// A read-write-execute region on `pages` holding `code` at its start.
+fn code_region(pages: PagePolicy, code: &[u8]) -> LargeBuffer {
     let mut b = LargeBuffer::new(2 << 20, pages).unwrap();
-    // SAFETY: experiment; our own mapping.
+    b.as_mut_slice()[..code.len()].copy_from_slice(code);
+    // SAFETY: experiment; our own mapping, whole.
     let rc = unsafe {
         libc::mprotect(
             b.as_mut_ptr() as *mut libc::c_void,
@@ -73,18 +76,6 @@ fn code_region(pages: PagePolicy) -> LargeBuffer {
     };
     assert_eq!(rc, 0);
     b
-}
-
-fn mxcsr() -> u32 {
-    let mut v = 0u32;
-    // SAFETY: stmxcsr writes 4 bytes to a local.
-    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v, options(nostack)) };
-    v
-}
-
-fn set_mxcsr(v: u32) {
-    // SAFETY: ldmxcsr of a valid value (exceptions masked).
-    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack)) };
 }
 
 fn main() {
@@ -124,11 +115,8 @@ fn main() {
         assert_eq!(avm.hash_observed(input.as_bytes(), &mut last), h);
         let (program, code) = last.0.unwrap();
         let cf = program_settings(&program.entropy);
-        let mut rregion = code_region(pages);
         // SAFETY: experiment; the reference's buffer is readable and alive (pvm).
-        unsafe {
-            std::ptr::copy_nonoverlapping(lo as *const u8, rregion.as_mut_ptr(), hi - lo);
-        }
+        let theirs = unsafe { std::slice::from_raw_parts(lo as *const u8, hi - lo) };
         let ours = jit_x86_64::compile(
             &code,
             cf.read_reg,
@@ -137,14 +125,10 @@ fn main() {
             Default::default(),
         );
         if k == 0 {
-            // SAFETY: as above.
-            let theirs = unsafe { std::slice::from_raw_parts(lo as *const u8, hi - lo) };
             std::fs::write("/tmp/loop_ab_ref.bin", theirs).unwrap();
             std::fs::write("/tmp/loop_ab_ours.bin", &ours).unwrap();
         }
-        let mut oregion = code_region(pages);
-        // SAFETY: experiment; fits in the region.
-        unsafe { std::ptr::copy_nonoverlapping(ours.as_ptr(), oregion.as_mut_ptr(), ours.len()) };
+        let (rregion, oregion) = (code_region(pages, theirs), code_region(pages, &ours));
         progs.push((cf, rregion, oregion));
     }
     println!("{nprog} programs; code regions on {}", progs[0].1.kind());
@@ -190,8 +174,8 @@ fn main() {
                             memory: mem.add(cf.dataset_offset as usize),
                         };
                         // The reference's C++ sets MXCSR (its default, FTZ and DAZ on) around the call.
-                        let saved = mxcsr();
-                        set_mxcsr(0x9FC0);
+                        let saved = mxcsr::read();
+                        mxcsr::write(0x9FC0);
                         let s = now();
                         f(
                             &mut regs,
@@ -200,7 +184,7 @@ fn main() {
                             PROGRAM_ITERATIONS as u64,
                         );
                         let dt = now() - s;
-                        set_mxcsr(saved);
+                        mxcsr::write(saved);
                         (dt, regs.r)
                     } else {
                         let f: OurFn = std::mem::transmute(oregion.as_mut_ptr());

@@ -253,8 +253,7 @@ impl PeerDataset<'_> {
         // SAFETY: the dataset memory holds dataset_item_count() items; callers pass an
         // initialised index.
         unsafe {
-            let m =
-                self.lib.sym::<GetMemory>(b"randomx_get_dataset_memory\0")(self.ptr) as *const u64;
+            let m = self.memory_ptr() as *const u64;
             std::array::from_fn(|k| m.add(i as usize * 8 + k).read_unaligned())
         }
     }

@@ -245,6 +245,27 @@ fn jump_to_mode_copy(a: &mut Assembler) {
     a.put(&[0x48, 0x01, 0xC1, 0xFF, 0xE1]); // add rcx, rax; jmp rcx
 }
 
+/// Steps 1 and 12 of 4.6.2: spAddr0 (eax) and spAddr1 (edx) from readReg0 ^ readReg1. Before
+/// the loop (`first`), mixed with the program's initial spAddr from the frame; at the end of an
+/// iteration, with each line prefetched as soon as its address is known.
+fn scratchpad_addresses(a: &mut Assembler, read_reg: [u8; 4], first: bool) {
+    asm::mov_rr(a, RAX, r(read_reg[0]));
+    asm::xor_rr(a, RAX, r(read_reg[1]));
+    if first {
+        asm::op_rm(a, 0x33, RAX, &Mem::base(RSP, FRAME_SP_CARRY));
+    }
+    asm::mov_rr(a, RDX, RAX);
+    asm::and_r32_imm(a, RAX, SCRATCHPAD_L3_MASK64);
+    if !first {
+        asm::prefetcht0(a, &Mem::indexed(RSI, RAX, 0));
+    }
+    asm::shift_imm(a, 5, RDX, 32);
+    asm::and_r32_imm(a, RDX, SCRATCHPAD_L3_MASK64);
+    if !first {
+        asm::prefetcht0(a, &Mem::indexed(RSI, RDX, 0));
+    }
+}
+
 fn emit_instruction(
     a: &mut Assembler,
     bc: &Bytecode,
@@ -555,13 +576,7 @@ pub fn compile_into(
     // 1: spAddr0 (eax) and spAddr1 (edx) from readReg0 ^ readReg1 and the program's initial
     // spAddr. Later iterations get them from the end of the previous one, where they are
     // computed for the scratchpad prefetch (their registers are final by then).
-    asm::mov_rr(&mut a, RAX, r(read_reg[0]));
-    asm::xor_rr(&mut a, RAX, r(read_reg[1]));
-    asm::op_rm(&mut a, 0x33, RAX, &Mem::base(RSP, FRAME_SP_CARRY));
-    asm::mov_rr(&mut a, RDX, RAX);
-    asm::and_r32_imm(&mut a, RAX, SCRATCHPAD_L3_MASK64);
-    asm::shift_imm(&mut a, 5, RDX, 32);
-    asm::and_r32_imm(&mut a, RDX, SCRATCHPAD_L3_MASK64);
+    scratchpad_addresses(&mut a, read_reg, true);
     let loop_start = a.code.len();
     // 2: integer registers ^= the 64 bytes at spAddr0.
     asm::op_rm(&mut a, 0x8D, RCX, &Mem::indexed(RSI, RAX, 0)); // lea rcx, [rsi+rax]
@@ -715,14 +730,7 @@ pub fn compile_into(
         // top, and their scratchpad lines touched as soon as their address is known rather
         // than after this iteration's stores (the idea of xmrig's scratchpad prefetch; measured
         // 2-4% less CPU per hash with `loop_timing`).
-        asm::mov_rr(&mut a, RAX, r(read_reg[0]));
-        asm::xor_rr(&mut a, RAX, r(read_reg[1]));
-        asm::mov_rr(&mut a, RDX, RAX);
-        asm::and_r32_imm(&mut a, RAX, SCRATCHPAD_L3_MASK64);
-        asm::prefetcht0(&mut a, &Mem::indexed(RSI, RAX, 0));
-        asm::shift_imm(&mut a, 5, RDX, 32);
-        asm::and_r32_imm(&mut a, RDX, SCRATCHPAD_L3_MASK64);
-        asm::prefetcht0(&mut a, &Mem::indexed(RSI, RDX, 0));
+        scratchpad_addresses(&mut a, read_reg, false);
     }
     asm::shift_imm(&mut a, 1, RBP, 32); // ror rbp, 32: swap ma and mx
                                         // 9: integer registers to spAddr1.

@@ -18,6 +18,7 @@
 //! callback is `extern "sysv64"` (no unwinding), and Rust aborts there.
 #![allow(unsafe_code)]
 
+use super::mxcsr;
 use super::{Vm, VmOptions};
 use crate::cache::Cache;
 use crate::Error;
@@ -251,30 +252,4 @@ impl LightBatch {
             .results
             .into_inner()
     }
-}
-
-/// The SSE control register: rounding mode and exception masks.
-mod mxcsr {
-    #[cfg(target_arch = "x86_64")]
-    pub fn read() -> u32 {
-        let mut value = 0u32;
-        // SAFETY: stmxcsr writes the 4 bytes of `value`.
-        unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut value, options(nostack)) };
-        value
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    pub fn write(value: u32) {
-        // SAFETY: ldmxcsr reads the 4 bytes of `value`, a value `read` returned (no reserved
-        // bits set).
-        unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &value, options(nostack, readonly)) };
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub fn read() -> u32 {
-        0
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub fn write(_: u32) {}
 }

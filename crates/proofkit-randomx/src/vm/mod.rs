@@ -9,6 +9,7 @@ pub mod interpreter;
 #[cfg(target_arch = "x86_64")]
 pub mod jit_x86_64;
 pub mod light_batch;
+pub mod mxcsr;
 
 use crate::aes::Aes;
 use crate::blake::{hash256, hash512};
