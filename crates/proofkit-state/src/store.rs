@@ -450,13 +450,46 @@ const LEAF_CAPACITY: usize = PAGE - LEAF_ENTRIES;
 /// Entry bytes from one restart to the next at least: a full leaf gets all eight.
 const RESTART_SPACING: usize = LEAF_CAPACITY / RESTARTS;
 
+/// `dst[..len] = src[at..at + len]` for the short copies of key bytes (at most `MAX_KEY`):
+/// where both sides have room, a fixed 32 or 64 bytes are moved (inline vector moves; the
+/// bytes past `len` in `dst` are the caller's scratch), since a copy of a variable length is
+/// a call into libc's `memmove`, whose fixed cost dominated these copies of ~30 bytes.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8], at: usize, len: usize) {
+    if len <= 32 && dst.len() >= 32 && src.len() >= at + 32 {
+        dst[..32].copy_from_slice(&src[at..at + 32]);
+    } else if len <= 64 && dst.len() >= 64 && src.len() >= at + 64 {
+        dst[..64].copy_from_slice(&src[at..at + 64]);
+    } else {
+        dst[..len].copy_from_slice(&src[at..at + len]);
+    }
+}
+
+/// `a.cmp(b)`, deciding from the first eight bytes where they differ (random hashes almost
+/// always do): a slice comparison is a call into libc's `memcmp`, 2% of a 50M-account run's
+/// CPU when the splice of a leaf compared every entry with the next write that way.
+#[inline(always)]
+fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.cmp(b)
+}
+
 /// The first eight bytes of `key` as a big-endian integer, zero-padded; keys in order have them
 /// in order (not strictly).
 #[inline]
 fn key_head(key: &[u8]) -> u64 {
+    // A fixed-size read for the usual key of 8 bytes or more: a copy of a variable length
+    // is a call into libc's `memmove` (1.4% of a 50M-account run's CPU for these 8 bytes).
+    if let Some(first) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*first);
+    }
     let mut head = [0u8; 8];
-    let n = key.len().min(8);
-    head[..n].copy_from_slice(&key[..n]);
+    head[..key.len()].copy_from_slice(key);
     u64::from_be_bytes(head)
 }
 
@@ -568,7 +601,7 @@ impl EntryHeader {
     fn suffix_into(&self, p: &[u8], out: &mut [u8]) {
         let lit = &p[self.at..self.at + self.literal];
         if self.zeros == 0 {
-            out[..self.literal].copy_from_slice(lit);
+            copy_short(out, p, self.at, self.literal);
         } else {
             let n = self.literal - 1;
             out[..n].copy_from_slice(&lit[..n]);
@@ -1100,7 +1133,7 @@ fn splice_leaf(
     let mut start = cur.at;
     while cur.advance()? {
         let k = cur.key();
-        while let Some(op) = ops.next_if(|op| op.key() < k) {
+        while let Some(op) = ops.next_if(|op| key_cmp(op.key(), k).is_lt()) {
             if let Op::Put(key, value) = op {
                 flush(&mut w, &mut run);
                 if !prev.encode(&mut w, key, value) {
@@ -1109,7 +1142,7 @@ fn splice_leaf(
                 follows = false;
             }
         }
-        match ops.next_if(|op| op.key() == k) {
+        match ops.next_if(|op| key_cmp(op.key(), k).is_eq()) {
             Some(Op::Put(_, value)) => {
                 flush(&mut w, &mut run);
                 if !prev.encode(&mut w, k, value) {
@@ -2518,6 +2551,49 @@ mod tests {
         })
         .unwrap();
         m
+    }
+
+    #[test]
+    fn key_comparison_and_head_agree_with_the_slices() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        // Lengths around the 8-byte head, bytes from a small alphabet so that long shared
+        // prefixes (and equal keys) are common.
+        let key = |rng: &mut rand::rngs::SmallRng| -> Vec<u8> {
+            let n = rng.gen_range(0..=MAX_KEY);
+            (0..n).map(|_| rng.gen_range(0..3u8)).collect()
+        };
+        for _ in 0..20_000 {
+            let a = key(&mut rng);
+            let b = if rng.gen_bool(0.2) {
+                a.clone()
+            } else {
+                key(&mut rng)
+            };
+            assert_eq!(key_cmp(&a, &b), a.cmp(&b), "{a:?} {b:?}");
+            let mut head = [0u8; 8];
+            head[..a.len().min(8)].copy_from_slice(&a[..a.len().min(8)]);
+            assert_eq!(key_head(&a), u64::from_be_bytes(head));
+        }
+    }
+
+    #[test]
+    fn short_copies_write_the_bytes_asked_for() {
+        let src: Vec<u8> = (0..200u8).collect();
+        for len in 0..=MAX_KEY {
+            for at in [0, 3, 100, 200 - 64, 200 - 32, 200 - len] {
+                if at + len > src.len() {
+                    continue;
+                }
+                for room in [len, len + 5, 32, 64, MAX_KEY] {
+                    if room < len {
+                        continue;
+                    }
+                    let mut dst = vec![0xAAu8; room];
+                    copy_short(&mut dst, &src, at, len);
+                    assert_eq!(&dst[..len], &src[at..at + len], "len {len} at {at} room {room}");
+                }
+            }
+        }
     }
 
     #[test]

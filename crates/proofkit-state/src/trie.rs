@@ -216,16 +216,7 @@ impl<V: Clone> Clone for Node<V> {
                 // increments, each on a line of its own that is rarely in cache, and a locked
                 // instruction waits for the one before it. The lines are requested together
                 // first, so that the misses overlap.
-                for c in children.iter().flatten() {
-                    if let Child::Mem(c) = c {
-                        // The counts sit just before the value in an `Arc`'s allocation (a
-                        // hint only: a wrong guess costs nothing but the hint).
-                        proofkit_core::memory::prefetch_address(
-                            Arc::as_ptr(c).cast::<u8>(),
-                            0usize.wrapping_sub(16),
-                        );
-                    }
-                }
+                prefetch_counts(children);
                 Node::Branch {
                     children: children.clone(),
                 }
@@ -301,6 +292,33 @@ impl<V: Clone> Clone for Cell<V> {
             flags: AtomicU8::new(0),
             dirty_slots,
             unpruned_slots,
+        }
+    }
+}
+
+impl<V> Drop for Cell<V> {
+    fn drop(&mut self) {
+        // Dropping a branch releases each child in memory: a locked decrement on the child's
+        // counts, a line of its own that is rarely in cache (a retired block's branches are
+        // mostly copies whose children the next block still holds). As in `clone`, the lines
+        // are requested together first, so that the misses overlap instead of queueing
+        // behind one another; the fields are then dropped as usual.
+        if let Node::Branch { children } = &self.node {
+            prefetch_counts(children);
+        }
+    }
+}
+
+/// Asks for the lines holding the counts of a branch's children in memory; a hint only.
+fn prefetch_counts<V>(children: &Children<V>) {
+    for c in children.iter().flatten() {
+        if let Child::Mem(c) = c {
+            // The counts sit just before the value in an `Arc`'s allocation (a wrong guess
+            // costs nothing but the hint).
+            proofkit_core::memory::prefetch_address(
+                Arc::as_ptr(c).cast::<u8>(),
+                0usize.wrapping_sub(16),
+            );
         }
     }
 }
