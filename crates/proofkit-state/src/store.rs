@@ -2590,7 +2590,11 @@ mod tests {
                     }
                     let mut dst = vec![0xAAu8; room];
                     copy_short(&mut dst, &src, at, len);
-                    assert_eq!(&dst[..len], &src[at..at + len], "len {len} at {at} room {room}");
+                    assert_eq!(
+                        &dst[..len],
+                        &src[at..at + len],
+                        "len {len} at {at} room {room}"
+                    );
                 }
             }
         }
