@@ -62,14 +62,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     finality_lag: u64,
     /// Blocks finalized together in one store commit (Paprika's runner finalizes every 32)
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
     finalize_every: u64,
     /// Rows in the table (one every blocks/rows blocks)
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     rows: u64,
-    /// Nibbles of the account trie kept in memory; the rest stays in the page store
-    #[arg(long, default_value_t = 5)]
-    cached_levels: usize,
+    /// Nibbles of the account trie kept in memory (0-64); the rest stays in the page store
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u8).range(0..=64))]
+    cached_levels: u8,
     /// Finalize on the calling thread instead of applying each store commit on a thread of
     /// its own beside the next blocks (the default, pipelined)
     #[arg(long)]
@@ -91,7 +91,7 @@ pub struct BenchArgs {
 pub fn run(args: Args) -> CliResult {
     match args.cmd {
         Cmd::Root { from_json } => {
-            let text = std::fs::read_to_string(&from_json)?;
+            let text = read_accounts_file(&from_json)?;
             let state = proofkit_state::genesis::state_from_json(&text)?;
             println!("0x{}", hex::encode(state.root()));
             Ok(())
@@ -101,7 +101,7 @@ pub fn run(args: Args) -> CliResult {
             address,
             slot,
         } => {
-            let text = std::fs::read_to_string(&from_json)?;
+            let text = read_accounts_file(&from_json)?;
             let state = proofkit_state::genesis::state_from_json(&text)?;
             let addr: Address = parse_fixed::<20>("address", &address)?;
             let slots = slot
@@ -156,6 +156,11 @@ pub fn run(args: Args) -> CliResult {
     }
 }
 
+/// The text of a `--from-json` file; an error names the file (exit 2, as other I/O errors).
+fn read_accounts_file(path: &std::path::Path) -> Result<String, ExitCode> {
+    std::fs::read_to_string(path).map_err(|e| ExitCode(2, format!("{}: {e}", path.display())))
+}
+
 fn parse_fixed<const N: usize>(name: &str, s: &str) -> Result<[u8; N], ExitCode> {
     let b = crate::util::decode_hex(name, s).map_err(|e| ExitCode(2, e))?;
     b.try_into()
@@ -208,7 +213,7 @@ fn bench(a: BenchArgs) -> CliResult {
         finality_lag: a.finality_lag,
         finalize_every: a.finalize_every,
         rows: a.rows,
-        cached_levels: a.cached_levels,
+        cached_levels: a.cached_levels.into(),
         pipeline: !a.no_pipeline,
         keep_parent_states,
     };
