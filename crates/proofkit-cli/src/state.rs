@@ -4,7 +4,7 @@
 
 use crate::state_peer::PeerName;
 use crate::util::{emit, progress_bar, CliResult, ExitCode};
-use proofkit_core::peak::peak_rss_kb;
+use proofkit_core::peak::{peak_rss_kb, UssSampler};
 use proofkit_core::report::Report;
 use proofkit_state::bench::{run_paprika_rows, PaprikaConfig, Row};
 use proofkit_state::proof::{get_proof, verify};
@@ -218,6 +218,9 @@ fn bench(a: BenchArgs) -> CliResult {
         keep_parent_states,
     };
     let pb = progress_bar(a.blocks, "state bench", a.json);
+    // The kernel keeps no high-water mark of USS: sampled (reading smaps_rollup takes well
+    // under a millisecond at this size, 2 MiB pages and all).
+    let uss = UssSampler::start(std::time::Duration::from_millis(500));
     let cpu0 = cpu_seconds();
     // Each row also goes to stderr as it comes: a long run shows its course, and a run cut
     // short still leaves its rows.
@@ -237,6 +240,7 @@ fn bench(a: BenchArgs) -> CliResult {
     let s = run_paprika_rows(&cfg, &|_| pb.inc(1), &row_line)
         .map_err(|e| ExitCode(1, e.to_string()))?;
     let cpu = cpu_seconds() - cpu0;
+    let peak_uss_kb = uss.finish();
     pb.finish_and_clear();
     if let Some(d) = &dir {
         if a.keep {
@@ -345,6 +349,7 @@ fn bench(a: BenchArgs) -> CliResult {
     report.note("read_back_threads", s.read_back_threads as u64);
     report.note("final_root", format!("0x{}", hex::encode(s.final_root)));
     report.note("peak_rss_kb", peak_rss_kb());
+    report.note("peak_uss_kb", peak_uss_kb);
     report.note("allocator", crate::alloc::name());
     emit(
         &report,

@@ -160,6 +160,12 @@ fn a_kept_bench_database_checks_clean_and_a_damaged_one_does_not() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let root = v["info"]["final_root"].as_str().unwrap().to_owned();
+    // Peak memory, both ways: the kernel's RSS high-water mark and the sampled USS.
+    let (rss, uss) = (
+        v["info"]["peak_rss_kb"].as_u64().unwrap(),
+        v["info"]["peak_uss_kb"].as_u64().unwrap(),
+    );
+    assert!(uss > 1024 && uss <= rss, "USS {uss} kB, RSS {rss} kB");
     let db = std::fs::read_dir(&d)
         .unwrap()
         .map(|e| e.unwrap().path())
