@@ -188,9 +188,8 @@ fn a_kept_bench_database_checks_clean_and_a_damaged_one_does_not() {
     }
     std::fs::write(&file, &bytes).unwrap();
     let o = proofkit(&["state", "check", "--path", db.to_str().unwrap()]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    assert_refused(&o, 1, "corrupt");
+    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
 
     let o = proofkit(&[
         "state",
