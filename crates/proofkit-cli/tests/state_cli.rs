@@ -1,8 +1,9 @@
 //! `proofkit state root | proof | check | bench` as a user runs them: the printed root and proof
 //! are the library's on the same accounts (the library's roots and proofs are checked against
 //! `alloy-trie` in `crates/proofkit-state/tests/oracle.rs`), a database written by `bench --path
-//! --keep` checks clean and a damaged one does not, and bad files, bad flags and bad hex are
-//! one-line errors with exit 1 (bad data) or 2 (bad usage), never a panic.
+//! --keep` checks clean and a damaged one exits 1 naming the corruption, and bad files, bad
+//! flags and bad hex are one-line errors with exit 2 (the CLI's code for usage and input
+//! errors), never a panic.
 
 use serde_json::Value;
 use std::path::Path;
