@@ -2012,6 +2012,17 @@ impl Store {
                 .iter()
                 .take_while(|o| slot(o.key(), depth) <= hi)
                 .count();
+            if let Some(next) = ops.get(j) {
+                // The next child this batch rewrites: its first lines (kind, restart table,
+                // first entries) are asked for now, so that its miss overlaps this child's
+                // rewrite instead of starting the next one (a hint only).
+                let n = children[slot(next.key(), depth)];
+                if n != 0 {
+                    for line in 0..4 {
+                        self.pages.prefetch(n, 64 * line);
+                    }
+                }
+            }
             if c != 0 && self.kind(c)? == BRANCH {
                 new[s] = self.apply_page(c, depth + 1, &ops[i..j])?;
                 let n = new[s];
