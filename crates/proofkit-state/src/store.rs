@@ -3742,6 +3742,56 @@ mod tests {
         assert!(fill > 0.76, "leaves {:.0}% full", fill * 100.0);
     }
 
+    /// A commit's page counts are the pages it took: those its tree reaches that the
+    /// previous tree did not, and its free list's. Each commit here writes one key, so no
+    /// page is both written and freed by it; a splice that does not apply (the leaf
+    /// overflows and is repacked) gives its page back uncounted.
+    #[test]
+    fn a_commits_page_counts_are_the_pages_it_took() {
+        let reachable = |s: &Store| {
+            let mut r = vec![false; s.page_count as usize];
+            s.view().mark(s.root_page, &mut r).unwrap();
+            r
+        };
+        let mut s = Store::open(None).unwrap();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let mut ops = Vec::new();
+        for _ in 0..2000 {
+            let h: [u8; 32] = rng.gen();
+            ops.push(Op::Put(h.to_vec(), vec![3; 6]));
+        }
+        s.apply(ops).unwrap();
+        s.commit(0, [0; 32], CommitLevel::None).unwrap();
+        let (mut spliced, mut split) = (0, 0);
+        for b in 1..300u64 {
+            let before = reachable(&s);
+            let leaves_before = s.check().unwrap().leaf_pages;
+            let h: [u8; 32] = rng.gen();
+            // Now and then a value large enough that its leaf overflows and is repacked.
+            let len = if b % 4 == 0 { 1500 } else { 6 };
+            s.apply(vec![Op::Put(h.to_vec(), vec![3; len])]).unwrap();
+            let stats = s.commit(b, [0; 32], CommitLevel::None).unwrap();
+            let after = reachable(&s);
+            let fresh = (0..after.len())
+                .filter(|&i| after[i] && !before.get(i).copied().unwrap_or(false))
+                .count();
+            assert_eq!(
+                (stats.new_pages + stats.reused_pages) as usize,
+                fresh + s.free_list_pages.len(),
+                "commit {b}"
+            );
+            if s.check().unwrap().leaf_pages > leaves_before {
+                split += 1;
+            } else {
+                spliced += 1;
+            }
+        }
+        assert!(
+            split > 20 && spliced > 100,
+            "{split} splits, {spliced} splices"
+        );
+    }
+
     /// Deleting most keys merges the leaves left near-empty with their neighbours, and the
     /// contents stay those of a model map through the merges and a reopen.
     #[test]
