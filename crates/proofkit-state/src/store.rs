@@ -1401,7 +1401,9 @@ impl Store {
         // SAFETY: a meta page (readers never read meta pages through the mapping after open:
         // a snapshot keeps its meta by value) or a page allocated since the last commit, which
         // no root reaches, so no reader holds it; the store is the single writer and `&mut
-        // self` keeps it from holding any other slice of the mapping meanwhile.
+        // self` keeps it from holding any other slice of this page meanwhile (the one other
+        // slice it may hold, in `splice`, is of the page being replaced, still in use when the
+        // written page was taken, so never the same page).
         unsafe { self.pages.page_mut(id) }
     }
 
