@@ -1401,10 +1401,19 @@ impl Store {
         // SAFETY: a meta page (readers never read meta pages through the mapping after open:
         // a snapshot keeps its meta by value) or a page allocated since the last commit, which
         // no root reaches, so no reader holds it; the store is the single writer and `&mut
-        // self` keeps it from holding any other slice of this page meanwhile (the one other
-        // slice it may hold, in `splice`, is of the page being replaced, still in use when the
-        // written page was taken, so never the same page).
+        // self` keeps it from holding any other slice of the mapping meanwhile.
         unsafe { self.pages.page_mut(id) }
+    }
+
+    /// Page `read` for reading and page `write` (allocated since the last commit, so never
+    /// `read`, which a root still reaches) for writing, at once.
+    #[allow(unsafe_code)]
+    fn page_and_page_mut(&mut self, read: u32, write: u32) -> (&[u8], &mut [u8]) {
+        assert_ne!(read, write, "a page read while it is written");
+        debug_assert!(self.fresh_bits[write as usize / 64] & (1 << (write % 64)) != 0);
+        // SAFETY: as in `page_mut` for `write`; the one other slice `&mut self` lets the store
+        // hold meanwhile is of page `read`, a different page (asserted above).
+        (self.pages.page(read), unsafe { self.pages.page_mut(write) })
     }
 
     fn ensure_capacity(&mut self, pages: usize) -> Result<(), StoreError> {
@@ -2085,8 +2094,8 @@ impl Store {
         // leaf. The page goes back, uncounted, when the splice does not apply.
         let stats = self.stats;
         let leaf = self.alloc()?;
-        let pages = Arc::clone(&self.pages);
-        let spliced = splice_leaf(id, pages.page(id), depth, ops, self.page_mut(leaf));
+        let (old, out) = self.page_and_page_mut(id, leaf);
+        let spliced = splice_leaf(id, old, depth, ops, out);
         match spliced {
             Ok(Some(bytes)) if bytes >= MERGE_BELOW => {
                 self.release(id);
