@@ -463,15 +463,6 @@ fn copy_short(dst: &mut [u8], src: &[u8], at: usize, len: usize) {
     }
 }
 
-/// `a.cmp(b)`, decided by the keys' heads ([`key_head`]) where they differ (random hashes
-/// almost always do): a slice comparison is a call into libc's `memcmp`, 2% of a 50M-account
-/// run's CPU when the splice of a leaf compared every entry with the next write that way.
-#[inline(always)]
-fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    // Heads that differ are in the keys' order (a zero pad can only tie with a zero byte).
-    key_head(a).cmp(&key_head(b)).then_with(|| a.cmp(b))
-}
-
 /// The first eight bytes of `key` as a big-endian integer, zero-padded; keys in order have them
 /// in order (not strictly).
 #[inline(always)]
@@ -991,10 +982,15 @@ impl<'p> LeafWriter<'p> {
     /// sharing `shared` bytes with the key before it, and makes it a restart if it is one.
     #[inline]
     fn note(&mut self, k: &[u8], shared: usize) {
-        let head = key_head(k);
+        self.note_head(key_head(k), k.len(), shared);
+    }
+
+    /// [`LeafWriter::note`] for a key of `key_len` bytes given by its head ([`key_head`]).
+    #[inline]
+    fn note_head(&mut self, head: u64, key_len: usize, shared: usize) {
         if self.restarts < RESTARTS
             && (self.restarts == 0 || self.o - self.last_restart >= RESTART_SPACING)
-            && k.len() >= 8
+            && key_len >= 8
             && shared < 8
             && self.prev_head < head
         {
@@ -1012,7 +1008,12 @@ impl<'p> LeafWriter<'p> {
     /// fit in the page.
     #[inline]
     fn encode(&mut self, prev: &[u8], k: &[u8], v: &[u8]) -> bool {
-        let shared = shared_len(prev, k);
+        self.encode_shared(shared_len(prev, k), k, v)
+    }
+
+    /// [`LeafWriter::encode`] after a key that shares `shared` bytes with `k`.
+    #[inline]
+    fn encode_shared(&mut self, shared: usize, k: &[u8], v: &[u8]) -> bool {
         let suffix = &k[shared..];
         let (literal, zeros) = suffix_code(suffix);
         let value_len_bytes = if v.len() < 0x80 { 1 } else { 2 };
@@ -1046,16 +1047,16 @@ impl<'p> LeafWriter<'p> {
         true
     }
 
-    /// Makes room for an entry of `len` bytes with key `k` stored sharing `shared` bytes with
-    /// the key before it, to be copied from another leaf where it follows the same key
-    /// ([`LeafWriter::fill`] writes the bytes of a run of such entries at once); false
-    /// (nothing noted) when it does not fit.
+    /// Makes room for an entry of `len` bytes with a key of `key_len` bytes and head `head`
+    /// stored sharing `shared` bytes with the key before it, to be copied from another leaf
+    /// where it follows the same key ([`LeafWriter::fill`] writes the bytes of a run of such
+    /// entries at once); false (nothing noted) when it does not fit.
     #[inline]
-    fn reserve(&mut self, k: &[u8], shared: usize, len: usize) -> bool {
+    fn reserve(&mut self, head: u64, key_len: usize, shared: usize, len: usize) -> bool {
         if self.o + len > PAGE {
             return false;
         }
-        self.note(k, shared);
+        self.note_head(head, key_len, shared);
         self.o += len;
         true
     }
@@ -1072,18 +1073,143 @@ impl<'p> LeafWriter<'p> {
         self.o - LEAF_ENTRIES
     }
 
+    /// Takes over the first `rows` restarts of leaf page `old` and the state after its entry
+    /// `index` (that of restart `rows - 1`, at `at`, with head `head`, ending at `end`), whose
+    /// entries up to it the caller copies as they are: the same bytes this writer would write
+    /// for them.
+    fn resume(&mut self, old: &[u8], rows: usize, at: usize, index: usize, head: u64, end: usize) {
+        let table = HEADER..HEADER + rows * RESTART_BYTES;
+        self.p[table.clone()].copy_from_slice(&old[table]);
+        (self.restarts, self.last_restart, self.prev_head) = (rows, at, head);
+        (self.count, self.o) = (index + 1, end);
+    }
+
     fn finish(self) {
         self.p[2..4].copy_from_slice(&(self.count as u16).to_le_bytes());
         self.p[4] = self.restarts as u8;
     }
 }
 
+/// The head ([`key_head`]) of the key of entry `h` of page `p`, whose key before it has head
+/// `prev_head`: read from the entry's stored suffix, no key rebuilt.
+#[inline]
+fn entry_head(p: &[u8], h: &EntryHeader, prev_head: u64) -> u64 {
+    let shared = h.shared;
+    if shared >= 8 {
+        return prev_head;
+    }
+    // The first `shared` bytes are the key before's; the rest come from the suffix, zero past
+    // the key's end (as `key_head` pads).
+    let prefix = if shared == 0 {
+        0
+    } else {
+        prev_head & !(u64::MAX >> (8 * shared))
+    };
+    let room = 8 - shared;
+    if h.zeros == 0 && h.at + 8 <= p.len() {
+        let lit = u64::from_be_bytes(p[h.at..h.at + 8].try_into().expect("8 bytes"));
+        let n = h.literal.min(room);
+        let top = if n == 0 {
+            0
+        } else if n == 8 {
+            lit
+        } else {
+            lit & !(u64::MAX >> (8 * n))
+        };
+        return prefix | (top >> (8 * shared));
+    }
+    let mut bytes = prev_head.to_be_bytes();
+    bytes[shared..].fill(0);
+    let suffix_len = h.literal + h.zeros;
+    // The suffix: the literal's bytes but its last, the zero run, the literal's last byte.
+    let lead = if h.zeros == 0 {
+        h.literal
+    } else {
+        h.literal - 1
+    };
+    for i in 0..room.min(suffix_len) {
+        bytes[shared + i] = if i < lead {
+            p[h.at + i]
+        } else if i < lead + h.zeros {
+            0
+        } else {
+            p[h.at + lead]
+        };
+    }
+    u64::from_be_bytes(bytes)
+}
+
+/// `k` against the key of entry `h` of page `p` when `k` shares exactly `h.shared` bytes
+/// with the key before the entry: the order of `k` to the entry's key and how many bytes they
+/// share, from the entry's stored suffix.
+#[inline]
+fn cmp_entry_suffix(k: &[u8], p: &[u8], h: &EntryHeader) -> (std::cmp::Ordering, usize) {
+    let rest = &k[h.shared..];
+    let mut buf = [0u8; MAX_KEY];
+    let suffix: &[u8] = if h.zeros == 0 {
+        &p[h.at..h.at + h.literal]
+    } else {
+        h.suffix_into(p, &mut buf);
+        &buf[..h.literal + h.zeros]
+    };
+    let j = shared_len(rest, suffix);
+    let ord = match (rest.get(j), suffix.get(j)) {
+        (Some(a), Some(b)) => a.cmp(b),
+        (a, b) => a.is_some().cmp(&b.is_some()),
+    };
+    (ord, h.shared + j)
+}
+
+/// The last restart of leaf page `id` (bytes `p`, `restarts` restarts, `count` entries) whose
+/// entry's key is below `k`, as (its row, its entry's index, its entry's header), the key
+/// rebuilt into `key` (a restart's entry shares under eight bytes with the key before it, so
+/// the row's head and the entry's suffix are the whole key); `None` when there is none.
+fn restart_below(
+    id: u32,
+    p: &[u8],
+    restarts: usize,
+    count: usize,
+    k: &[u8],
+    key: &mut [u8; MAX_KEY],
+) -> Result<Option<(usize, usize, EntryHeader)>, StoreError> {
+    let bad = || StoreError::Corrupt(format!("leaf page {id}: malformed restart table"));
+    let kh = key_head(k);
+    for row in (0..restarts).rev() {
+        let (head, at, index) = restart_at(p, row);
+        if head > kh {
+            continue;
+        }
+        if at < LEAF_ENTRIES || index >= count {
+            return Err(bad());
+        }
+        let h = entry_header(id, p, at, 7)?;
+        key[..8].copy_from_slice(&head.to_be_bytes());
+        h.suffix_into(p, &mut key[h.shared..]);
+        let rebuilt = &key[..h.key_len()];
+        if rebuilt.len() < 8 || key_head(rebuilt) != head {
+            return Err(bad());
+        }
+        if rebuilt < k {
+            return Ok(Some((row, index, h)));
+        }
+    }
+    Ok(None)
+}
+
 /// Leaf page `id` (bytes `old`) with `ops` (puts and deletes of keys in ascending order, no key
 /// twice) applied, written into `out` as one leaf page at `depth`: the bytes [`encode_leaf`]
-/// writes for the merged entries, but an entry that keeps its key, its value and the key before
-/// it is copied as it was stored (runs of them at once), so only the entries the ops write and
-/// the one after each insertion or deletion are encoded. Returns the entries' bytes, or `None`
-/// when they do not fit in one page.
+/// writes for the merged entries, but an entry that keeps its key, its value and the bytes it
+/// shares with the key before it is copied as it was stored (runs of them at once), so only
+/// the entries the ops write and an entry whose shared bytes change are encoded. Returns the
+/// entries' bytes, or `None` when they do not fit in one page.
+///
+/// No key of `old` is rebuilt to pass it (session 28): the entries up to the last restart below
+/// the first op's key are copied with their restarts without being read ([`restart_below`]);
+/// from there the walk keeps `m`, the bytes the next op's key shares with the last entry
+/// passed, and an entry sharing more than `m` bytes with the entry before it is below that key,
+/// one sharing fewer above it; only one sharing exactly `m` has its stored suffix compared (as
+/// [`LeafSearch`] does). The restarts past the first op are chosen as [`encode_leaf`] chooses
+/// them, from each entry's head ([`entry_head`]).
 fn splice_leaf(
     id: u32,
     old: &[u8],
@@ -1091,94 +1217,175 @@ fn splice_leaf(
     ops: &[Op],
     out: &mut [u8],
 ) -> Result<Option<usize>, StoreError> {
-    /// The last key written, which the next entry is encoded after.
-    struct Prev {
-        key: [u8; MAX_KEY],
-        len: usize,
+    use std::cmp::Ordering;
+    /// The last key written, as it stands to the last entry of `old` passed (`P`).
+    #[derive(Clone, Copy)]
+    enum Last<'o> {
+        /// `P` itself (or nothing yet, before the first entry).
+        Old,
+        /// An op's key put after `P`, sharing `next` bytes with the entry after `P`.
+        Put { key: &'o [u8], next: usize },
+        /// A key before `P`, which was deleted (its key is `deleted`); they share `shared` bytes.
+        Deleted { shared: usize, deleted: &'o [u8] },
     }
-    impl Prev {
-        /// Encodes `k`, `v` after this key and makes `k` the last key; false when it does
-        /// not fit.
-        fn encode(&mut self, w: &mut LeafWriter, k: &[u8], v: &[u8]) -> bool {
-            let fits = w.encode(&self.key[..self.len], k, v);
-            self.key[..k.len()].copy_from_slice(k);
-            self.len = k.len();
-            fits
-        }
-    }
+    let (start, restarts) = leaf_layout(id, old)?;
+    let count = u16::from_le_bytes([old[2], old[3]]) as usize;
     let mut w = LeafWriter::new(depth, out);
-    let mut cur = LeafCursor::new(id, old)?;
     let mut ops = ops.iter().peekable();
-    let mut prev = Prev {
-        key: [0; MAX_KEY],
-        len: 0,
-    };
-    // Whether the next old entry follows the last key written in `old` too (then its stored
-    // bytes are valid here as they are).
-    let mut follows = true;
+    let mut last = Last::Old;
+    // Bytes the next op's key shares with `P`.
+    let mut m = 0;
+    // `P`'s length and head, and the offset of the entry after it.
+    let (mut prev_len, mut prev_head, mut o) = (0, 0u64, start);
     // A run of old entries being copied: their bytes in `old`, and where they go.
     let mut run: Option<(usize, usize, usize)> = None;
+    let mut key = [0u8; MAX_KEY];
+    // The old page is mostly cold, and the walk below no longer reads the entries it copies:
+    // all its lines are asked for at once, so that their misses overlap instead of stalling
+    // the copy and then the walk in turn (a hint only; without it the restart jump cost more
+    // in the page writes than it saved at 10,000 blocks, session 28).
+    for line in (start..PAGE).step_by(64) {
+        proofkit_core::memory::prefetch_address(old.as_ptr(), line);
+    }
+    // The entries up to the last restart below the first op's key keep their bytes and their
+    // restarts: copied at once, and the walk starts after that restart's entry.
+    let mut first = 0;
+    if let Some(k) = ops.peek().map(|op| op.key()) {
+        if let Some((row, index, h)) = restart_below(id, old, restarts, count, k, &mut key)? {
+            let (head, at, _) = restart_at(old, row);
+            w.resume(old, row + 1, at, index, head, h.end());
+            run = Some((start, h.end(), start));
+            m = shared_len(&key[..h.key_len()], k);
+            (prev_len, prev_head, o) = (h.key_len(), head, h.end());
+            first = index + 1;
+        }
+    }
     let flush = |w: &mut LeafWriter, run: &mut Option<(usize, usize, usize)>| {
         if let Some((from, to, at)) = run.take() {
             w.fill(at, &old[from..to]);
         }
     };
-    let mut start = cur.at;
-    while cur.advance()? {
-        let k = cur.key();
-        while let Some(op) = ops.next_if(|op| key_cmp(op.key(), k).is_lt()) {
-            if let Op::Put(key, value) = op {
-                flush(&mut w, &mut run);
-                if !prev.encode(&mut w, key, value) {
-                    return Ok(None);
+    // Bytes a key about to be written after the last one shares with it, given what it shares
+    // with `P` (`with_p`).
+    let shared_after = |last: Last, k: &[u8], with_p: usize| match last {
+        Last::Old => with_p,
+        Last::Put { key, .. } => shared_len(key, k),
+        Last::Deleted { shared, .. } => shared.min(with_p),
+    };
+    for _ in first..count {
+        let h = entry_header(id, old, o, prev_len)?;
+        let end = h.end();
+        let head = entry_head(old, &h, prev_head);
+        // The ops below this entry go first; then an op on it, if any.
+        let mut on_entry = None;
+        // What the next op's key shares with this entry, once passed.
+        let mut next_m = m;
+        while let Some(&op) = ops.peek() {
+            let k = op.key();
+            let (ord, shared) = match h.shared.cmp(&m) {
+                Ordering::Greater => (Ordering::Greater, m),
+                Ordering::Less => (Ordering::Less, h.shared),
+                Ordering::Equal => cmp_entry_suffix(k, old, &h),
+            };
+            match ord {
+                Ordering::Greater => {
+                    next_m = shared;
+                    break;
                 }
-                follows = false;
+                Ordering::Equal => {
+                    on_entry = Some(op);
+                    ops.next();
+                    break;
+                }
+                Ordering::Less => {
+                    if let Op::Put(_, v) = op {
+                        flush(&mut w, &mut run);
+                        if !w.encode_shared(shared_after(last, k, m), k, v) {
+                            return Ok(None);
+                        }
+                        last = Last::Put {
+                            key: k,
+                            next: shared,
+                        };
+                    }
+                    ops.next();
+                    if let Some(next) = ops.peek() {
+                        m = m.min(shared_len(k, next.key()));
+                    }
+                }
             }
         }
-        match ops.next_if(|op| key_cmp(op.key(), k).is_eq()) {
-            Some(Op::Put(_, value)) => {
+        // What the last key written shares with this entry.
+        let shared = match last {
+            Last::Old => h.shared,
+            Last::Put { next, .. } => next,
+            Last::Deleted { shared, .. } => shared.min(h.shared),
+        };
+        match on_entry {
+            Some(Op::Put(k, v)) => {
                 flush(&mut w, &mut run);
-                if !prev.encode(&mut w, k, value) {
+                if !w.encode_shared(shared, k, v) {
                     return Ok(None);
                 }
+                last = Last::Old;
             }
-            Some(_) => {
-                // Deleted: the entry after it follows another key now.
-                follows = false;
-                start = cur.at;
-                continue;
+            Some(op) => {
+                last = Last::Deleted {
+                    shared,
+                    deleted: op.key(),
+                };
             }
-            None if follows => {
-                let len = cur.at - start;
-                if !w.reserve(k, cur.shared, len) {
+            None if shared == h.shared => {
+                let len = end - o;
+                if !w.reserve(head, h.key_len(), shared, len) {
                     return Ok(None);
                 }
                 match &mut run {
-                    Some((_, to, _)) if *to == start => *to = cur.at,
+                    Some((_, to, _)) if *to == o => *to = end,
                     _ => {
                         flush(&mut w, &mut run);
-                        run = Some((start, cur.at, w.o - len));
+                        run = Some((o, end, w.o - len));
                     }
                 }
-                prev.key = cur.key;
-                prev.len = cur.key_len;
+                last = Last::Old;
             }
             None => {
+                // Its stored bytes assume another key before it: encoded from its key, whose
+                // first `h.shared` bytes are those of the key written or deleted before it.
                 flush(&mut w, &mut run);
-                if !prev.encode(&mut w, k, cur.value) {
+                let before = match last {
+                    Last::Put { key, .. } => key,
+                    Last::Deleted { deleted, .. } => deleted,
+                    Last::Old => unreachable!("shares its stored bytes with `P`"),
+                };
+                key[..h.shared].copy_from_slice(&before[..h.shared]);
+                h.suffix_into(old, &mut key[h.shared..]);
+                let k = &key[..h.key_len()];
+                if !w.encode_shared(shared, k, &old[h.at + h.literal..end]) {
                     return Ok(None);
                 }
+                last = Last::Old;
             }
         }
-        follows = true;
-        start = cur.at;
+        m = match (on_entry, ops.peek()) {
+            (Some(op), Some(next)) => shared_len(op.key(), next.key()),
+            (Some(_), None) => 0,
+            (None, _) => next_m,
+        };
+        (prev_len, prev_head, o) = (h.key_len(), head, end);
     }
     flush(&mut w, &mut run);
-    for op in ops {
-        if let Op::Put(key, value) = op {
-            if !prev.encode(&mut w, key, value) {
+    while let Some(op) = ops.next() {
+        let k = op.key();
+        if let Op::Put(_, v) = op {
+            // Past the last entry: `m` is what this key shares with it.
+            if !w.encode_shared(shared_after(last, k, m), k, v) {
                 return Ok(None);
             }
+            last = Last::Put { key: k, next: 0 };
+        }
+        if let Some(next) = ops.peek() {
+            m = m.min(shared_len(k, next.key()));
         }
     }
     let bytes = w.bytes();
@@ -2567,26 +2774,53 @@ mod tests {
     }
 
     #[test]
-    fn key_comparison_and_head_agree_with_the_slices() {
+    fn heads_and_suffix_comparisons_agree_with_the_keys() {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
         // Lengths around the 8-byte head, bytes from a small alphabet so that long shared
-        // prefixes (and equal keys) are common.
+        // prefixes, zero runs and keys that are prefixes of others are common.
         let key = |rng: &mut rand::rngs::SmallRng| -> Vec<u8> {
-            let n = rng.gen_range(0..=MAX_KEY);
+            let n = rng.gen_range(1..=MAX_KEY);
             (0..n).map(|_| rng.gen_range(0..3u8)).collect()
         };
-        for _ in 0..20_000 {
-            let a = key(&mut rng);
-            let b = if rng.gen_bool(0.2) {
-                a.clone()
-            } else {
-                key(&mut rng)
-            };
-            assert_eq!(key_cmp(&a, &b), a.cmp(&b), "{a:?} {b:?}");
-            let mut head = [0u8; 8];
-            head[..a.len().min(8)].copy_from_slice(&a[..a.len().min(8)]);
-            assert_eq!(key_head(&a), u64::from_be_bytes(head));
+        let mut page = vec![0u8; PAGE];
+        let (mut heads, mut compared) = (0, 0);
+        for _ in 0..3_000 {
+            let mut keys: Vec<Vec<u8>> = (0..rng.gen_range(1..12)).map(|_| key(&mut rng)).collect();
+            keys.sort();
+            keys.dedup();
+            let entries: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &[1u8][..])).collect();
+            encode_leaf(0, &entries, &mut page).unwrap();
+            let (mut o, mut prev_len, mut prev_head) = (LEAF_ENTRIES, 0, 0);
+            for (i, k) in keys.iter().enumerate() {
+                let mut head = [0u8; 8];
+                head[..k.len().min(8)].copy_from_slice(&k[..k.len().min(8)]);
+                assert_eq!(key_head(k), u64::from_be_bytes(head));
+                let h = entry_header(1, &page, o, prev_len).unwrap();
+                assert_eq!(
+                    entry_head(&page, &h, prev_head),
+                    key_head(k),
+                    "{keys:?} {i}"
+                );
+                heads += 1;
+                // Any key sharing exactly `h.shared` bytes with the key before the entry.
+                for _ in 0..4 {
+                    let mut b = key(&mut rng);
+                    let prev: &[u8] = if i == 0 { &[] } else { &keys[i - 1] };
+                    if b.len() < h.shared {
+                        continue;
+                    }
+                    b[..h.shared].copy_from_slice(&prev[..h.shared]);
+                    if shared_len(&b, prev) != h.shared {
+                        continue;
+                    }
+                    let r = cmp_entry_suffix(&b, &page, &h);
+                    assert_eq!(r, (b.cmp(k), shared_len(&b, k)), "{b:?} {k:?}");
+                    compared += 1;
+                }
+                (o, prev_len, prev_head) = (h.end(), h.key_len(), key_head(k));
+            }
         }
+        assert!(heads > 10_000 && compared > 10_000, "{heads} {compared}");
     }
 
     #[test]
@@ -3142,6 +3376,65 @@ mod tests {
             _ => rng.gen_range(30..45),
         };
         (0..len).map(|_| rng.gen()).collect()
+    }
+
+    #[test]
+    fn a_spliced_leaf_of_near_keys_is_the_merged_leaf_encoded() {
+        // Keys of 1 to 65 bytes over three byte values: keys that are prefixes of others, long
+        // shared prefixes, zero runs, and runs of neighbouring entries deleted or put between,
+        // which the walk passes without rebuilding keys (`splice_leaf`'s shared-length
+        // reasoning); the bytes must be `encode_leaf`'s for the merged entries.
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(2828);
+        let key = |rng: &mut rand::rngs::SmallRng| -> Vec<u8> {
+            let n = rng.gen_range(1..=MAX_KEY);
+            (0..n).map(|_| rng.gen_range(0..3u8)).collect()
+        };
+        let (mut page, mut expect, mut out) = (vec![0u8; PAGE], vec![0u8; PAGE], vec![0u8; PAGE]);
+        let mut spliced = 0;
+        for round in 0..6000 {
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            for _ in 0..rng.gen_range(0..40) {
+                let v = vec![rng.gen::<u8>(); rng.gen_range(0..4)];
+                model.insert(key(&mut rng), v);
+            }
+            let entries: Vec<(&[u8], &[u8])> =
+                model.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            encode_leaf(1, &entries, &mut page).unwrap();
+            let mut ops: BTreeMap<Vec<u8>, Op> = BTreeMap::new();
+            for _ in 0..rng.gen_range(0..12) {
+                let k = if !model.is_empty() && rng.gen_bool(0.6) {
+                    model
+                        .keys()
+                        .nth(rng.gen_range(0..model.len()))
+                        .unwrap()
+                        .clone()
+                } else {
+                    key(&mut rng)
+                };
+                let op = if rng.gen_bool(0.5) {
+                    Op::Put(k.clone(), vec![7u8; rng.gen_range(0..3)])
+                } else {
+                    Op::Del(k.clone())
+                };
+                ops.insert(k, op);
+            }
+            let ops: Vec<Op> = ops.into_values().collect();
+            let mut merged = model.clone();
+            apply_to_model(&mut merged, &ops);
+            let merged: Vec<(&[u8], &[u8])> =
+                merged.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            let n = entries_size(&merged);
+            let r = splice_leaf(3, &page, 1, &ops, &mut out).unwrap();
+            assert_eq!(r, Some(n), "round {round}");
+            encode_leaf(1, &merged, &mut expect).unwrap();
+            assert_eq!(
+                out[..LEAF_ENTRIES + n],
+                expect[..LEAF_ENTRIES + n],
+                "round {round}"
+            );
+            spliced += 1;
+        }
+        assert_eq!(spliced, 6000);
     }
 
     #[test]
