@@ -2773,15 +2773,17 @@ mod tests {
         m
     }
 
+    /// A key of 1 to `MAX_KEY` bytes over three byte values: around the 8-byte head, with long
+    /// shared prefixes, zero runs and keys that are prefixes of others common.
+    fn near_key(rng: &mut rand::rngs::SmallRng) -> Vec<u8> {
+        let n = rng.gen_range(1..=MAX_KEY);
+        (0..n).map(|_| rng.gen_range(0..3u8)).collect()
+    }
+
     #[test]
     fn heads_and_suffix_comparisons_agree_with_the_keys() {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
-        // Lengths around the 8-byte head, bytes from a small alphabet so that long shared
-        // prefixes, zero runs and keys that are prefixes of others are common.
-        let key = |rng: &mut rand::rngs::SmallRng| -> Vec<u8> {
-            let n = rng.gen_range(1..=MAX_KEY);
-            (0..n).map(|_| rng.gen_range(0..3u8)).collect()
-        };
+        let key = near_key;
         let mut page = vec![0u8; PAGE];
         let (mut heads, mut compared) = (0, 0);
         for _ in 0..3_000 {
@@ -3385,10 +3387,7 @@ mod tests {
         // which the walk passes without rebuilding keys (`splice_leaf`'s shared-length
         // reasoning); the bytes must be `encode_leaf`'s for the merged entries.
         let mut rng = rand::rngs::SmallRng::seed_from_u64(2828);
-        let key = |rng: &mut rand::rngs::SmallRng| -> Vec<u8> {
-            let n = rng.gen_range(1..=MAX_KEY);
-            (0..n).map(|_| rng.gen_range(0..3u8)).collect()
-        };
+        let key = near_key;
         let (mut page, mut expect, mut out) = (vec![0u8; PAGE], vec![0u8; PAGE], vec![0u8; PAGE]);
         let mut spliced = 0;
         for round in 0..6000 {
