@@ -3380,6 +3380,41 @@ mod tests {
         (0..len).map(|_| rng.gen()).collect()
     }
 
+    /// Fewer than `most` puts and deletes of distinct keys, in key order, and `model` with them
+    /// applied: each key one of `model`'s with probability `odds.0` (else `new_key`'s), each
+    /// op a put of `new_value`'s with probability `odds.1`.
+    fn random_ops(
+        rng: &mut rand::rngs::SmallRng,
+        model: &BTreeMap<Vec<u8>, Vec<u8>>,
+        most: usize,
+        odds: (f64, f64),
+        mut new_key: impl FnMut(&mut rand::rngs::SmallRng) -> Vec<u8>,
+        mut new_value: impl FnMut(&mut rand::rngs::SmallRng) -> Vec<u8>,
+    ) -> (Vec<Op>, BTreeMap<Vec<u8>, Vec<u8>>) {
+        let mut ops: BTreeMap<Vec<u8>, Op> = BTreeMap::new();
+        for _ in 0..rng.gen_range(0..most) {
+            let k = if !model.is_empty() && rng.gen_bool(odds.0) {
+                model
+                    .keys()
+                    .nth(rng.gen_range(0..model.len()))
+                    .unwrap()
+                    .clone()
+            } else {
+                new_key(rng)
+            };
+            let op = if rng.gen_bool(odds.1) {
+                Op::Put(k.clone(), new_value(rng))
+            } else {
+                Op::Del(k.clone())
+            };
+            ops.insert(k, op);
+        }
+        let ops: Vec<Op> = ops.into_values().collect();
+        let mut merged = model.clone();
+        apply_to_model(&mut merged, &ops);
+        (ops, merged)
+    }
+
     #[test]
     fn a_spliced_leaf_of_near_keys_is_the_merged_leaf_encoded() {
         // Keys of 1 to 65 bytes over three byte values: keys that are prefixes of others, long
@@ -3399,27 +3434,9 @@ mod tests {
             let entries: Vec<(&[u8], &[u8])> =
                 model.iter().map(|(k, v)| (&k[..], &v[..])).collect();
             encode_leaf(1, &entries, &mut page).unwrap();
-            let mut ops: BTreeMap<Vec<u8>, Op> = BTreeMap::new();
-            for _ in 0..rng.gen_range(0..12) {
-                let k = if !model.is_empty() && rng.gen_bool(0.6) {
-                    model
-                        .keys()
-                        .nth(rng.gen_range(0..model.len()))
-                        .unwrap()
-                        .clone()
-                } else {
-                    key(&mut rng)
-                };
-                let op = if rng.gen_bool(0.5) {
-                    Op::Put(k.clone(), vec![7u8; rng.gen_range(0..3)])
-                } else {
-                    Op::Del(k.clone())
-                };
-                ops.insert(k, op);
-            }
-            let ops: Vec<Op> = ops.into_values().collect();
-            let mut merged = model.clone();
-            apply_to_model(&mut merged, &ops);
+            let (ops, merged) = random_ops(&mut rng, &model, 12, (0.6, 0.5), key, |rng| {
+                vec![7u8; rng.gen_range(0..3)]
+            });
             let merged: Vec<(&[u8], &[u8])> =
                 merged.iter().map(|(k, v)| (&k[..], &v[..])).collect();
             let n = entries_size(&merged);
@@ -3469,27 +3486,14 @@ mod tests {
             } else {
                 page.clone()
             };
-            let mut ops: BTreeMap<Vec<u8>, Op> = BTreeMap::new();
-            for _ in 0..rng.gen_range(0..6) {
-                let k = if !model.is_empty() && rng.gen_bool(0.5) {
-                    model
-                        .keys()
-                        .nth(rng.gen_range(0..model.len()))
-                        .unwrap()
-                        .clone()
-                } else {
-                    structured_key(&mut rng, &accounts)
-                };
-                let op = if rng.gen_bool(0.7) {
-                    Op::Put(k.clone(), structured_value(&mut rng))
-                } else {
-                    Op::Del(k.clone())
-                };
-                ops.insert(k, op);
-            }
-            let ops: Vec<Op> = ops.into_values().collect();
-            let mut merged = model.clone();
-            apply_to_model(&mut merged, &ops);
+            let (ops, merged) = random_ops(
+                &mut rng,
+                &model,
+                6,
+                (0.5, 0.7),
+                |rng| structured_key(rng, &accounts),
+                structured_value,
+            );
             let merged: Vec<(&[u8], &[u8])> =
                 merged.iter().map(|(k, v)| (&k[..], &v[..])).collect();
             let fits = entries_size(&merged) <= LEAF_CAPACITY;
