@@ -199,6 +199,11 @@ impl TrieValue for AccountLeaf {
             storage: self.storage.pruned(0),
         }
     }
+
+    /// The storage trie's root cell.
+    fn prefetch(&self) {
+        self.storage.prefetch_root();
+    }
 }
 
 impl AccountLeaf {

@@ -39,12 +39,13 @@ use crate::hash_builder::{root_hash, HashBuilder, OutOfOrder, Root};
 use crate::keccak::{keccak256, B256};
 use crate::rlp;
 use crate::state::{
-    decode_account_record, pack, pad, record_key, Address, State, WriteLog, Writer, ROOT_ENTRY_KEY,
+    decode_account_record, pack, pad, record_key, AccountWrite, Address, State, WriteLog, Writer,
+    ROOT_ENTRY_KEY,
 };
 use crate::store::Snapshot;
 use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError};
 use crate::trie::{encode_branch, encode_entry, encode_record, ChildEntry, Lookup, NodeRef};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::mpsc::SyncSender;
@@ -499,14 +500,8 @@ impl Db {
             let mut times = FinalizeTimes::default();
             let t0 = thread_seconds();
             // The chain's writes together, read back from the newest state.
-            let mut merged: BTreeMap<B256, (bool, BTreeSet<B256>)> = BTreeMap::new();
-            for log in logs {
-                for (haddr, w) in log {
-                    let m = merged.entry(haddr).or_default();
-                    m.0 |= w.wiped;
-                    m.1.extend(w.storage.keys());
-                }
-            }
+            let merged = ChainWrites::merge(&logs);
+            drop(logs);
             let ops = store_ops(&state, &merged, &mut times.account_records)?;
             let t1 = thread_seconds();
             store.apply(ops)?;
@@ -517,7 +512,7 @@ impl Db {
             times.apply = t2 - t1;
             times.commit = thread_seconds() - t2;
             // The pruned subtrees are freed here, off the block thread.
-            drop(pruned);
+            crate::trie::drop_subtrees(pruned);
             Ok(Landed { stats, snap, times })
         };
         if self.pipeline {
@@ -642,13 +637,74 @@ impl Drop for Db {
     }
 }
 
+/// A chain's writes by account, in hashed order: whether any of its blocks wiped the
+/// account, and the slots any of them wrote (ascending, once each). Built by sorting the
+/// blocks' logs together instead of a map of sets: a finalization merges tens of thousands of
+/// accounts, and a set per account was as many allocations (and frees) on the job's thread.
+struct ChainWrites {
+    /// (hashed address, wiped, the account's range in `slots`), ascending by address.
+    accounts: Vec<(B256, bool, std::ops::Range<usize>)>,
+    slots: Vec<B256>,
+}
+
+impl ChainWrites {
+    fn merge(logs: &[WriteLog]) -> ChainWrites {
+        let mut all: Vec<(&B256, &AccountWrite)> = logs.iter().flatten().collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut accounts = Vec::with_capacity(all.len());
+        let mut slots: Vec<B256> = Vec::with_capacity(all.len());
+        for same in all.chunk_by(|a, b| a.0 == b.0) {
+            let start = slots.len();
+            let mut wiped = false;
+            for (_, w) in same {
+                wiped |= w.wiped;
+                slots.extend(w.storage.keys());
+            }
+            if same.len() > 1 {
+                // Several blocks wrote the account: their slots together, in order, once.
+                let mut tail = slots.split_off(start);
+                tail.sort_unstable();
+                tail.dedup();
+                slots.append(&mut tail);
+            }
+            accounts.push((*same[0].0, wiped, start..slots.len()));
+        }
+        ChainWrites { accounts, slots }
+    }
+
+    fn len(&self) -> usize {
+        self.accounts.len()
+    }
+
+    fn entries<'a>(
+        &'a self,
+        accounts: &'a [(B256, bool, std::ops::Range<usize>)],
+    ) -> impl Iterator<Item = (&'a B256, bool, &'a [B256])> {
+        accounts
+            .iter()
+            .map(|(h, wiped, r)| (h, *wiped, &self.slots[r.clone()]))
+    }
+
+    /// The accounts below `key`.
+    fn below<'a>(&'a self, key: &B256) -> impl Iterator<Item = (&'a B256, bool, &'a [B256])> {
+        let n = self.accounts.partition_point(|(h, ..)| h < key);
+        self.entries(&self.accounts[..n])
+    }
+
+    /// The accounts from `key` on.
+    fn from<'a>(&'a self, key: &B256) -> impl Iterator<Item = (&'a B256, bool, &'a [B256])> {
+        let n = self.accounts.partition_point(|(h, ..)| h < key);
+        self.entries(&self.accounts[n..])
+    }
+}
+
 /// The store writes that take the finalized state to `state`, given what the blocks since
 /// wrote (`merged`: by hashed address, whether it was wiped and the slots written): accounts
 /// and slots as they are in `state`, the records of the trie branches not in the store yet,
 /// deletions of the records a removal left behind, and the root entry.
 fn store_ops(
     state: &State,
-    merged: &BTreeMap<B256, (bool, BTreeSet<B256>)>,
+    merged: &ChainWrites,
     records_seconds: &mut f64,
 ) -> Result<Vec<Op>, DbError> {
     let trie = state.account_trie();
@@ -669,9 +725,9 @@ fn store_ops(
         );
         let walked = thread_seconds() - t;
         let mut ops = if h == 0 {
-            account_ops(state, merged.range(..mid), &unstored)?
+            account_ops(state, merged.below(&mid), &unstored)?
         } else {
-            account_ops(state, merged.range(mid..), &unstored)?
+            account_ops(state, merged.from(&mid), &unstored)?
         };
         ops.extend(records);
         Ok((ops, walked))
@@ -702,18 +758,36 @@ fn store_ops(
 /// The writes of the accounts in `merged` (`unstored`: the changed leaves, by hashed address).
 fn account_ops<'m>(
     state: &State,
-    merged: impl Iterator<Item = (&'m B256, &'m (bool, BTreeSet<B256>))>,
+    merged: impl Iterator<Item = (&'m B256, bool, &'m [B256])>,
     unstored: &[(B256, &AccountLeaf)],
 ) -> Result<Vec<Op>, DbError> {
     let mut ops = Vec::with_capacity(unstored.len() * 3);
-    let mut next = unstored.iter().peekable();
-    for (haddr, (wiped, slots)) in merged {
-        while next.next_if(|(h, _)| h < haddr).is_some() {}
-        if *wiped {
+    let mut next = 0;
+    for (haddr, wiped, slots) in merged {
+        while unstored.get(next).is_some_and(|(h, _)| h < haddr) {
+            next += 1;
+        }
+        // The leaves' cells went cold since the walk that found them: the lines the next
+        // accounts read are asked for a few accounts ahead (the leaf, then the root of its
+        // storage trie, whose address is in the leaf).
+        if let Some((_, l)) = unstored.get(next + 16) {
+            let p = (*l as *const AccountLeaf).cast::<u8>();
+            for line in (0..std::mem::size_of::<AccountLeaf>()).step_by(64) {
+                proofkit_core::memory::prefetch_address(p, line);
+            }
+        }
+        if let Some((_, l)) = unstored.get(next + 8) {
+            l.storage.prefetch_root();
+        }
+        if wiped {
             ops.push(Op::DelPrefix(haddr.to_vec()));
         }
-        let leaf = match next.next_if(|(h, _)| h == haddr) {
-            Some((_, l)) => *l,
+        let found = unstored.get(next).filter(|(h, _)| h == haddr);
+        let leaf = match found {
+            Some((_, l)) => {
+                next += 1;
+                *l
+            }
             None => match state.written_leaf(haddr) {
                 Some(l) => l,
                 None => {
@@ -723,7 +797,7 @@ fn account_ops<'m>(
                             hex::encode(haddr)
                         )));
                     }
-                    if !*wiped {
+                    if !wiped {
                         ops.push(Op::DelPrefix(haddr.to_vec()));
                     }
                     for d in state.stale_account_positions(haddr) {

@@ -38,6 +38,9 @@ pub trait TrieValue: Clone + Send + Sync {
     fn pruned(&self) -> Self {
         self.clone()
     }
+
+    /// Asks for the lines that dropping the value reads (a hint, for [`drop_subtrees`]).
+    fn prefetch(&self) {}
 }
 
 /// A node kept in the page store, of which memory holds only the reference.
@@ -944,6 +947,15 @@ impl<V: TrieValue> Trie<V> {
         }
     }
 
+    /// Asks for the root's cell, its cached reference included (a hint only).
+    pub fn prefetch_root(&self) {
+        if let Some(Child::Mem(c)) = &self.root {
+            prefetch_cell(c);
+            let offset = std::mem::offset_of!(Cell<V>, cached);
+            proofkit_core::memory::prefetch_address(Arc::as_ptr(c).cast::<u8>(), offset);
+        }
+    }
+
     /// [`Trie::pruned`] in place: nodes this version alone holds are changed where they are
     /// (no copy, nothing of the old tree to drop); shared ones are copied. The subtrees it
     /// replaces by stored nodes go to `dropped` (for the caller to free them on another
@@ -1708,9 +1720,10 @@ fn node_ref<V: TrieValue>(cell: &Cell<V>) -> NodeRef {
     })
 }
 
-/// Computes the references of every node written since the last root, level by level from
-/// the leaves up (the nodes of one height are independent): each level is RLP-encoded on the
-/// rayon pool, then hashed eight at a time ([`crate::keccak_x8`]) on the pool.
+/// Computes the references of every node written since the last root, level by level (by
+/// distance from the root) from the farthest up: a level's nodes are independent, and their
+/// children are all in the levels below. Each level is RLP-encoded on the rayon pool, then
+/// hashed eight at a time ([`crate::keccak_x8`]) on the pool.
 fn hash_dirty<V: TrieValue>(root: &Cell<V>) {
     hash_dirty_many(&[root]);
 }
@@ -1719,10 +1732,8 @@ fn hash_dirty<V: TrieValue>(root: &Cell<V>) {
 fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
     use rayon::prelude::*;
     let mut levels: Vec<Vec<&Cell<V>>> = Vec::new();
-    let mut total = 0;
-    for r in roots {
-        total += collect_dirty(r, &mut levels);
-    }
+    let mut values = Vec::new();
+    let total = collect_dirty(roots, &mut levels, &mut values);
     if total < 16 {
         // Too few to batch (e.g. one storage trie of one slot).
         for r in roots {
@@ -1730,27 +1741,29 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
         }
         return;
     }
-    for (height, level) in levels.iter().enumerate() {
-        if height == 0 {
-            let values: Vec<&V> = level
-                .iter()
-                .filter_map(|c| match &c.node {
-                    Node::Leaf { value, .. } => Some(value),
-                    _ => None,
-                })
-                .collect();
-            V::prepare_batch(&values);
-        }
+    // The leaves' values first (an account leaf's storage root), then the levels from the
+    // farthest up.
+    V::prepare_batch(&values);
+    for level in levels.iter().rev() {
         // Each chunk of 64 nodes is encoded into one buffer (not one per node), then its
         // nodes of 32 bytes or more are hashed together, and each node's reference is set by
         // the thread that encoded it (its line is in that core's cache, not the caller's).
         level.par_chunks(64).for_each(|chunk| {
             let mut rlp = Vec::with_capacity(chunk.len() * 256);
             let mut ends = Vec::with_capacity(chunk.len());
-            // Encoding a branch reads each child's reference, in the child's own cell (16
-            // lines, mostly cold, for a branch above the cached levels): the children of the
-            // node two ahead are asked for while this one is encoded.
+            // Encoding a branch reads its cell, its children's box, then each child's
+            // reference in the child's own cell (16 lines, mostly cold, for a branch above
+            // the cached levels); a leaf reads its cell and its value (an account's storage
+            // root). Each read depends on the one before, so they are asked for in stages:
+            // the cell six nodes ahead, what the cell points to four ahead (by then the cell
+            // is in), the children's references two ahead (by then the box is in).
             for (i, c) in chunk.iter().enumerate() {
+                if let Some(ahead) = chunk.get(i + 6) {
+                    prefetch_cell_lines(ahead);
+                }
+                if let Some(ahead) = chunk.get(i + 4) {
+                    prefetch_box_or_value(ahead);
+                }
                 if let Some(ahead) = chunk.get(i + 2) {
                     prefetch_child_refs(ahead);
                 }
@@ -1781,6 +1794,66 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
     }
 }
 
+/// Frees subtrees that left a trie (what [`Trie::prune_in_place`] replaced by stored nodes),
+/// a level at a time across all of them. Dropping them one by one follows each subtree's path
+/// down a cold line at a time (the cell, its children's box, the child's cell, a leaf's
+/// storage trie, ...), and a pruned subtree is a thin path of such cells; here every subtree's
+/// cells of one level are taken in turn, each asked for some cells ahead (and a branch's
+/// children a few cells ahead once its cell is in), so that the misses of different subtrees
+/// overlap. Shared cells only lose an owner, as with a plain drop.
+pub fn drop_subtrees<V: TrieValue>(roots: Vec<Child<V>>) {
+    /// How far ahead a cell is asked for, and how far ahead its children's box.
+    const CELL_AHEAD: usize = 16;
+    const BOX_AHEAD: usize = 8;
+    let mut level: Vec<Arc<Cell<V>>> = roots
+        .into_iter()
+        .filter_map(|c| match c {
+            Child::Mem(a) => Some(a),
+            Child::Stored(..) => None,
+        })
+        .collect();
+    let mut values: Vec<V> = Vec::new();
+    while !level.is_empty() {
+        let mut next = Vec::with_capacity(level.len());
+        // Taken from the back (`pop`), so "ahead" is towards the front.
+        while let Some(mut arc) = level.pop() {
+            let n = level.len();
+            if let Some(a) = n.checked_sub(CELL_AHEAD).map(|i| &level[i]) {
+                prefetch_cell(a);
+            }
+            if let Some(a) = n.checked_sub(BOX_AHEAD).map(|i| &level[i]) {
+                prefetch_box_or_value(a);
+            }
+            let Some(cell) = Arc::get_mut(&mut arc) else {
+                continue; // another version holds it: dropping `arc` releases one owner
+            };
+            match std::mem::replace(&mut cell.node, Node::Hole) {
+                Node::Branch { children } => {
+                    next.extend(children.into_iter().flatten().filter_map(|c| match c {
+                        Child::Mem(a) => Some(a),
+                        Child::Stored(..) => None,
+                    }))
+                }
+                Node::Extension { child, .. } => {
+                    if let Child::Mem(a) = child {
+                        next.push(a);
+                    }
+                }
+                Node::Leaf { value, .. } => values.push(value),
+                Node::Hole => {}
+            }
+        }
+        level = next;
+    }
+    // The leaves' values last, asked for ahead in the same way (an account's storage trie).
+    while let Some(v) = values.pop() {
+        if let Some(ahead) = values.len().checked_sub(CELL_AHEAD).map(|i| &values[i]) {
+            ahead.prefetch();
+        }
+        drop(v);
+    }
+}
+
 /// Asks for the lines of `c`'s cell that a walk reads first (its counts, node and flags); a
 /// hint only.
 fn prefetch_cell<V>(c: &Arc<Cell<V>>) {
@@ -1788,6 +1861,29 @@ fn prefetch_cell<V>(c: &Arc<Cell<V>>) {
     let p = Arc::as_ptr(c).cast::<u8>();
     for offset in [-16isize, 48, 112] {
         proofkit_core::memory::prefetch_address(p, offset as usize);
+    }
+}
+
+/// Asks for every line of a cell (without its `Arc` counts); a hint only.
+fn prefetch_cell_lines<V>(c: &Cell<V>) {
+    let p = (c as *const Cell<V>).cast::<u8>();
+    for line in (0..std::mem::size_of::<Cell<V>>()).step_by(64) {
+        proofkit_core::memory::prefetch_address(p, line);
+    }
+}
+
+/// Asks for what encoding `c` reads after its cell: a branch's children box, or a leaf
+/// value's own lines (see [`TrieValue::prefetch`]); a hint only (reads the cell).
+fn prefetch_box_or_value<V: TrieValue>(c: &Cell<V>) {
+    match &c.node {
+        Node::Branch { children } => {
+            let p = (&**children as *const Children<V>).cast::<u8>();
+            for line in (0..std::mem::size_of::<Children<V>>()).step_by(64) {
+                proofkit_core::memory::prefetch_address(p, line);
+            }
+        }
+        Node::Leaf { value, .. } => value.prefetch(),
+        _ => {}
     }
 }
 
@@ -1820,52 +1916,54 @@ fn count_nodes<V>(c: &Child<V>, stored: usize) -> usize {
     }
 }
 
-/// Files every node without a cached reference under its height (leaves 0); returns how many.
-fn collect_dirty<'a, V>(cell: &'a Cell<V>, levels: &mut Vec<Vec<&'a Cell<V>>>) -> usize {
-    fn walk<'a, V>(
-        cell: &'a Cell<V>,
-        levels: &mut Vec<Vec<&'a Cell<V>>>,
-        count: &mut usize,
-    ) -> Option<usize> {
-        if cell.cached.get().is_some() {
-            return None;
-        }
-        let h = match &cell.node {
-            Node::Leaf { .. } => 0,
-            Node::Extension { child, .. } => match child {
-                Child::Mem(c) => walk(c, levels, count).map_or(0, |h| h + 1),
-                Child::Stored(..) => 0,
-            },
-            Node::Branch { children } => {
-                // The children's cells are cold and independent: asked for together, their
-                // misses overlap instead of one per level of the recursion.
-                for i in slots_in(cell.dirty_slots) {
-                    if let Some(Child::Mem(c)) = &children[i] {
-                        prefetch_cell(c);
-                    }
-                }
-                let mut h = None;
-                for i in slots_in(cell.dirty_slots) {
-                    let Some(Child::Mem(c)) = &children[i] else {
-                        continue;
-                    };
-                    if let Some(ch) = walk(c, levels, count) {
-                        h = Some(h.map_or(ch, |x: usize| x.max(ch)));
-                    }
-                }
-                h.map_or(0, |h| h + 1)
-            }
-            Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        };
-        if levels.len() <= h {
-            levels.resize_with(h + 1, Vec::new);
-        }
-        levels[h].push(cell);
-        *count += 1;
-        Some(h)
-    }
+/// Files every node without a cached reference under `roots` by its distance from its root
+/// (a node's children are one further: hashing the levels from the last one up hashes every
+/// child before its parent), and the values of those that are leaves in `values`; returns
+/// how many nodes. A level is read as a list, each cell asked for eight entries ahead and
+/// its children's box four ahead, so that the misses overlap (a walk down the paths waits
+/// for the cell, then the box, at every node).
+fn collect_dirty<'a, V: TrieValue>(
+    roots: &[&'a Cell<V>],
+    levels: &mut Vec<Vec<&'a Cell<V>>>,
+    values: &mut Vec<&'a V>,
+) -> usize {
     let mut count = 0;
-    walk(cell, levels, &mut count);
+    let mut candidates: Vec<&'a Cell<V>> = roots.to_vec();
+    while !candidates.is_empty() {
+        let mut next = Vec::with_capacity(candidates.len() + 16);
+        let mut level = Vec::with_capacity(candidates.len());
+        for (i, &cell) in candidates.iter().enumerate() {
+            if let Some(ahead) = candidates.get(i + 8) {
+                prefetch_cell_lines(ahead);
+            }
+            if let Some(ahead) = candidates.get(i + 4) {
+                prefetch_box_or_value(ahead);
+            }
+            if cell.cached.get().is_some() {
+                continue;
+            }
+            match &cell.node {
+                Node::Leaf { value, .. } => values.push(value),
+                Node::Extension { child, .. } => {
+                    if let Child::Mem(c) = child {
+                        next.push(&**c);
+                    }
+                }
+                Node::Branch { children } => {
+                    for i in slots_in(cell.dirty_slots) {
+                        if let Some(Child::Mem(c)) = &children[i] {
+                            next.push(&**c);
+                        }
+                    }
+                }
+                Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+            }
+            level.push(cell);
+        }
+        count += level.len();
+        levels.push(level);
+        candidates = next;
+    }
     count
 }
 
@@ -1949,6 +2047,75 @@ mod tests {
     impl TrieValue for Raw {
         fn leaf_bytes(&self, out: &mut Vec<u8>) {
             out.extend_from_slice(&self.0);
+        }
+    }
+
+    /// A value that counts its drops (clones included), to see which leaves a drop freed.
+    #[derive(Clone)]
+    struct Counted(Vec<u8>, Arc<std::sync::atomic::AtomicUsize>);
+    impl TrieValue for Counted {
+        fn leaf_bytes(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(&self.0);
+        }
+    }
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The leaf cells in memory under `c`.
+    fn leaf_cells<V>(c: &Child<V>, out: &mut std::collections::HashSet<usize>) {
+        let Child::Mem(cell) = c else { return };
+        match &cell.node {
+            Node::Leaf { .. } => {
+                out.insert(Arc::as_ptr(cell) as usize);
+            }
+            Node::Extension { child, .. } => leaf_cells(child, out),
+            Node::Branch { children } => children.iter().flatten().for_each(|c| leaf_cells(c, out)),
+            Node::Hole => {}
+        }
+    }
+
+    #[test]
+    fn dropping_pruned_subtrees_frees_exactly_the_cells_no_version_holds() {
+        let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let value = |i: u32| Counted(vec![0x82, i as u8, (i >> 8) as u8], Arc::clone(&drops));
+        let key = |i: u32| nibbles(&keccak256(&i.to_le_bytes()));
+        for keep in [0, 1, 2, 3] {
+            let mut t = Trie::new();
+            for i in 0..3000 {
+                t.insert(&key(i), value(i), &NoLoader).unwrap();
+            }
+            t.root_hash();
+            t.take_dirty(|_, _| {});
+            // An older version shares every cell; the writes below copy their paths.
+            let older = t.clone();
+            let older_root = older.root_hash();
+            for i in (0..3000).step_by(7).chain(5000..5500) {
+                t.insert(&key(i), value(i + 1), &NoLoader).unwrap();
+            }
+            let root = t.root_hash();
+            t.take_dirty(|_, _| {});
+            let mut dropped = Vec::new();
+            t.prune_in_place(keep, &mut dropped);
+            assert!(!dropped.is_empty(), "keep {keep}");
+            let (mut gone, mut held) = (Default::default(), Default::default());
+            dropped.iter().for_each(|c| leaf_cells(c, &mut gone));
+            for r in [&older.root, &t.root].into_iter().flatten() {
+                leaf_cells(r, &mut held);
+            }
+            let freed = gone.difference(&held).count();
+            assert!(freed > 400, "keep {keep}: {freed}");
+            let before = drops.load(Ordering::Relaxed);
+            drop_subtrees(dropped);
+            assert_eq!(drops.load(Ordering::Relaxed) - before, freed, "keep {keep}");
+            // What the versions still hold is intact.
+            assert_eq!(older.root_hash(), older_root);
+            assert_eq!(t.root_hash(), root);
+            for i in (0..3000).step_by(97) {
+                assert_eq!(older.get(&key(i)).map(|v| v.0[1]), Some(i as u8));
+            }
         }
     }
 
@@ -2083,8 +2250,12 @@ mod tests {
         let check = |t: &Trie<Raw>, what: &str| {
             let Some(root) = &t.root else { return };
             let Child::Mem(cell) = root else { return };
-            let mut levels = Vec::new();
-            assert_eq!(collect_dirty(cell, &mut levels), unhashed(root), "{what}");
+            let (mut levels, mut values) = (Vec::new(), Vec::new());
+            assert_eq!(
+                collect_dirty(&[&**cell], &mut levels, &mut values),
+                unhashed(root),
+                "{what}"
+            );
         };
         let mut t = Trie::new();
         for i in 0..600 {
