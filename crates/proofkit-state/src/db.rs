@@ -1151,3 +1151,51 @@ fn record_position(k: &[u8]) -> Option<Vec<u8>> {
         .collect();
     (pad(&pos)[..] == *padded).then_some(pos)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain's logs merged: one entry per account in hashed order, wiped when any block
+    /// wiped it, the slots of all its blocks in order and once each; the halves split at a key.
+    #[test]
+    fn a_chains_logs_merge_by_account() {
+        let h = |b: u8| [b; 32];
+        let write = |wiped: bool, slots: &[u8]| AccountWrite {
+            wiped,
+            account: None,
+            storage: slots.iter().map(|&s| (h(s), [s; 32])).collect(),
+        };
+        let mut first = WriteLog::default();
+        first.insert(h(9), write(false, &[3, 1]));
+        first.insert(h(2), write(false, &[]));
+        let mut second = WriteLog::default();
+        second.insert(h(9), write(true, &[2, 3]));
+        second.insert(h(5), write(false, &[7]));
+        let mut third = WriteLog::default();
+        third.insert(h(9), write(false, &[8]));
+        let merged = ChainWrites::merge(&[first, second, third]);
+        let all: Vec<(B256, bool, Vec<B256>)> = merged
+            .from(&[0; 32])
+            .map(|(k, wiped, slots)| (*k, wiped, slots.to_vec()))
+            .collect();
+        assert_eq!(
+            all,
+            vec![
+                (h(2), false, vec![]),
+                (h(5), false, vec![h(7)]),
+                (h(9), true, vec![h(1), h(2), h(3), h(8)]),
+            ]
+        );
+        assert_eq!(merged.len(), 3);
+        assert_eq!(
+            merged.below(&h(5)).map(|e| *e.0).collect::<Vec<_>>(),
+            [h(2)]
+        );
+        assert_eq!(
+            merged.from(&h(5)).map(|e| *e.0).collect::<Vec<_>>(),
+            [h(5), h(9)]
+        );
+        assert_eq!(ChainWrites::merge(&[]).len(), 0);
+    }
+}
