@@ -371,6 +371,16 @@ pub fn prefetch_read_l2<T>(value: &T) {
     prefetch_line::<false>(value as *const T as *const u8);
 }
 
+/// [`prefetch_read`] for the whole of `value`: the lines at every 64 bytes from its start
+/// (a value of several lines whose reads will follow one another). A hint only.
+#[inline(always)]
+pub fn prefetch_read_all<T>(value: &T) {
+    let base = value as *const T as *const u8;
+    for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+        prefetch_address(base, offset);
+    }
+}
+
 /// Hints that the cache line at `base + offset` will be read soon. Takes a raw address (computed
 /// with wrapping arithmetic, never dereferenced) for reads whose target is only known as an
 /// index into memory another borrow is using.

@@ -771,10 +771,7 @@ fn account_ops<'m>(
         // accounts read are asked for a few accounts ahead (the leaf, then the root of its
         // storage trie, whose address is in the leaf).
         if let Some((_, l)) = unstored.get(next + 16) {
-            let p = (*l as *const AccountLeaf).cast::<u8>();
-            for line in (0..std::mem::size_of::<AccountLeaf>()).step_by(64) {
-                proofkit_core::memory::prefetch_address(p, line);
-            }
+            proofkit_core::memory::prefetch_read_all(*l);
         }
         if let Some((_, l)) = unstored.get(next + 8) {
             l.storage.prefetch_root();

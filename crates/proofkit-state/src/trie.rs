@@ -745,10 +745,7 @@ impl<V: TrieValue> Trie<V> {
                     Some(At::Node(cell, d)) => match &cell.node {
                         Node::Branch { children } if d < path.len() => {
                             // The whole array: a write copies it when the node is shared.
-                            let base = (&**children as *const Children<V>).cast::<u8>();
-                            for line in (0..std::mem::size_of::<Children<V>>()).step_by(64) {
-                                proofkit_core::memory::prefetch_address(base, line);
-                            }
+                            proofkit_core::memory::prefetch_read_all(&**children);
                             Some(At::Slot(children, d))
                         }
                         Node::Extension { path: p, child } if path[d..].starts_with(p) => {
@@ -1764,7 +1761,7 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>]) {
             // is in), the children's references two ahead (by then the box is in).
             for (i, c) in chunk.iter().enumerate() {
                 if let Some(ahead) = chunk.get(i + 6) {
-                    prefetch_cell_lines(ahead);
+                    proofkit_core::memory::prefetch_read_all(*ahead);
                 }
                 if let Some(ahead) = chunk.get(i + 4) {
                     prefetch_box_or_value(ahead);
@@ -1869,24 +1866,11 @@ fn prefetch_cell<V>(c: &Arc<Cell<V>>) {
     }
 }
 
-/// Asks for every line of a cell (without its `Arc` counts); a hint only.
-fn prefetch_cell_lines<V>(c: &Cell<V>) {
-    let p = (c as *const Cell<V>).cast::<u8>();
-    for line in (0..std::mem::size_of::<Cell<V>>()).step_by(64) {
-        proofkit_core::memory::prefetch_address(p, line);
-    }
-}
-
 /// Asks for what encoding `c` reads after its cell: a branch's children box, or a leaf
 /// value's own lines (see [`TrieValue::prefetch`]); a hint only (reads the cell).
 fn prefetch_box_or_value<V: TrieValue>(c: &Cell<V>) {
     match &c.node {
-        Node::Branch { children } => {
-            let p = (&**children as *const Children<V>).cast::<u8>();
-            for line in (0..std::mem::size_of::<Children<V>>()).step_by(64) {
-                proofkit_core::memory::prefetch_address(p, line);
-            }
-        }
+        Node::Branch { children } => proofkit_core::memory::prefetch_read_all(&**children),
         Node::Leaf { value, .. } => value.prefetch(),
         _ => {}
     }
@@ -1939,7 +1923,7 @@ fn collect_dirty<'a, V: TrieValue>(
         let mut level = Vec::with_capacity(candidates.len());
         for (i, &cell) in candidates.iter().enumerate() {
             if let Some(ahead) = candidates.get(i + 8) {
-                prefetch_cell_lines(ahead);
+                proofkit_core::memory::prefetch_read_all(*ahead);
             }
             if let Some(ahead) = candidates.get(i + 4) {
                 prefetch_box_or_value(ahead);
