@@ -684,6 +684,25 @@ impl<'a> LeafCursor<'a> {
         })
     }
 
+    /// Moves before restart `j` of the leaf's table (a position from which the leaf can be
+    /// decoded: the key before it shares with it only bytes the table holds).
+    fn seek_restart(&mut self, j: usize) -> Result<(), StoreError> {
+        let count = u16::from_le_bytes([self.page[2], self.page[3]]) as usize;
+        let (head, o, i) = restart_at(self.page, j);
+        if j >= self.restarts || o < self.start || o >= PAGE || i >= count || self.page[o] >= 8 {
+            self.left = 0;
+            return Err(StoreError::Corrupt(format!(
+                "leaf page {}: restart {j} names no entry to start at",
+                self.id
+            )));
+        }
+        self.key[..8].copy_from_slice(&head.to_be_bytes());
+        self.key_len = self.page[o] as usize;
+        self.at = o;
+        self.left = count - i;
+        Ok(())
+    }
+
     /// Moves to the next entry; false past the last one.
     #[inline]
     fn advance(&mut self) -> Result<bool, StoreError> {
@@ -1957,7 +1976,59 @@ impl View<'_> {
         from: &[u8],
         mut f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        self.scan_page(self.root, 0, Some(from), &mut f).map(|_| ())
+        // Most scans stop within the leaf that holds `from` (a trie loader wants the one key
+        // under a short prefix): go straight to it as a lookup does and start at the restart
+        // for `from`, instead of walking the tree in order (a slot array built per branch)
+        // and rebuilding every key of the leaf from its first; the lines read are then the
+        // ones `prefetch_many` asked for. Only a scan that runs past that leaf goes on in
+        // order, from the last key it gave.
+        let mut last = [0u8; MAX_KEY];
+        let last_len = match self.scan_leaf_of(from, &mut f, &mut last)? {
+            None => return Ok(()),
+            Some(n) => n,
+        };
+        let last = &last[..last_len];
+        self.scan_page(self.root, 0, Some(from), &mut |k, v| {
+            (last_len > 0 && k <= last) || f(k, v)
+        })
+        .map(|_| ())
+    }
+
+    /// The start of [`View::scan_from`]: the entries not below `from` of the leaf page a
+    /// lookup of `from` reaches, from the restart for `from` on. `None` when `f` asked to stop;
+    /// otherwise the length of the last key given to `f` (copied into `last`; 0: none).
+    fn scan_leaf_of(
+        &self,
+        from: &[u8],
+        f: &mut impl FnMut(&[u8], &[u8]) -> bool,
+        last: &mut [u8; MAX_KEY],
+    ) -> Result<Option<usize>, StoreError> {
+        let mut id = self.root;
+        let mut depth = 0;
+        while id != 0 && self.kind(id)? == BRANCH {
+            id = self.child(id, slot(from, depth));
+            depth += 1;
+        }
+        if id == 0 {
+            return Ok(Some(0));
+        }
+        let p = self.page(id);
+        let mut c = LeafCursor::new(id, p)?;
+        if let Some(j) = restart_for(p, c.restarts, key_head(from)) {
+            c.seek_restart(j)?;
+        }
+        let mut given = 0;
+        while c.advance()? {
+            if c.key() < from {
+                continue;
+            }
+            if !f(c.key(), c.value) {
+                return Ok(None);
+            }
+            given = c.key_len;
+        }
+        last[..given].copy_from_slice(&c.key[..given]);
+        Ok(Some(given))
     }
 
     /// In-order visit of page `id` at `depth`, skipping keys below `from` (`None`: the whole
@@ -3232,19 +3303,23 @@ mod tests {
                 &probe[..],
                 &[probe.clone(), vec![0]].concat()[..],
             ] {
-                let mut got = Vec::new();
-                s.scan_from(from, |k, _| {
-                    got.push(k.to_vec());
-                    got.len() < 5
-                })
-                .unwrap();
-                let want: Vec<Vec<u8>> = sorted
-                    .iter()
-                    .filter(|k| &k[..] >= from)
-                    .take(5)
-                    .cloned()
-                    .collect();
-                assert_eq!(got, want);
+                // A few keys (most scans end in the leaf that holds `from`) and more than a
+                // leaf holds (the scan goes on past it).
+                for take in [5, 150] {
+                    let mut got = Vec::new();
+                    s.scan_from(from, |k, _| {
+                        got.push(k.to_vec());
+                        got.len() < take
+                    })
+                    .unwrap();
+                    let want: Vec<Vec<u8>> = sorted
+                        .iter()
+                        .filter(|k| &k[..] >= from)
+                        .take(take)
+                        .cloned()
+                        .collect();
+                    assert_eq!(got, want);
+                }
             }
         }
     }
@@ -3729,6 +3804,12 @@ mod tests {
             }
             for (k, _) in &entries {
                 find_in_leaf(5, p, k)?;
+            }
+            // Decoding from each restart too (as a scan starts).
+            for j in 0..c.restarts {
+                let mut from_restart = LeafCursor::new(5, p)?;
+                from_restart.seek_restart(j)?;
+                while from_restart.advance()? {}
             }
             Ok(n)
         };
