@@ -207,6 +207,8 @@ pub struct Db {
     history: usize,
     cached_levels: usize,
     keep_parent_states: bool,
+    /// Accounts the last block committed wrote (room a new block's log starts with).
+    last_block_accounts: usize,
     finalized: BlockId,
     blocks: HashMap<BlockId, Committed>,
     next_id: BlockId,
@@ -252,6 +254,7 @@ impl Db {
             history: options.history,
             cached_levels: options.cached_levels,
             keep_parent_states: options.keep_parent_states,
+            last_block_accounts: 0,
             finalized: 0,
             blocks,
             next_id: 1,
@@ -357,7 +360,7 @@ impl Db {
         Ok(Block {
             parent,
             number,
-            writer: Writer::new(state),
+            writer: Writer::with_capacity(state, self.last_block_accounts),
         })
     }
 
@@ -369,6 +372,7 @@ impl Db {
         let id = self.next_id;
         self.next_id += 1;
         let (state, log) = block.writer.into_parts()?;
+        self.last_block_accounts = log.len();
         self.blocks.insert(
             id,
             Committed {

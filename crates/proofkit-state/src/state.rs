@@ -575,13 +575,60 @@ pub fn pack(path: &[u8]) -> B256 {
     k
 }
 
+/// Addresses hashed recently and their keccak256, direct-mapped by the address's last byte: a
+/// block writes an account and then its slots, or one account several times, and each write
+/// needs the hash again (in the Paprika workload, hashing every address a second time for its
+/// slot was ~3% of the block writes).
+#[derive(Clone)]
+struct AddressHashes(Box<[Option<(Address, B256)>; 256]>);
+
+impl Default for AddressHashes {
+    fn default() -> Self {
+        AddressHashes(Box::new([None; 256]))
+    }
+}
+
+impl AddressHashes {
+    fn get(&self, addr: &Address) -> Option<B256> {
+        match &self.0[addr[19] as usize] {
+            Some((a, h)) if a == addr => Some(*h),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, addr: &Address, h: B256) {
+        self.0[addr[19] as usize] = Some((*addr, h));
+    }
+
+    /// The hashes of `addrs`, those not known hashed eight at a time.
+    fn hash_all(&mut self, addrs: &[&Address]) -> Vec<B256> {
+        let mut out: Vec<B256> = Vec::with_capacity(addrs.len());
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, a) in addrs.iter().enumerate() {
+            let h = self.get(a);
+            if h.is_none() {
+                missing.push(i);
+            }
+            out.push(h.unwrap_or_default());
+        }
+        if !missing.is_empty() {
+            let msgs: Vec<&[u8]> = missing.iter().map(|&i| &addrs[i][..]).collect();
+            for (&i, h) in missing.iter().zip(keccak256_many(&msgs)) {
+                out[i] = h;
+                self.put(addrs[i], h);
+            }
+        }
+        out
+    }
+}
+
 /// A state being changed, with the log of its changes: the body of a block.
 #[derive(Clone, Default)]
 pub struct Writer {
     pub(crate) state: State,
     pub(crate) log: WriteLog,
-    /// The last address written and its hash (a block often writes one account several times).
-    last: Option<(Address, B256)>,
+    /// Addresses written recently and their hashes.
+    hashed: AddressHashes,
     /// The last slot written and its hash (many accounts use the same low slots).
     last_slot: Option<(B256, B256)>,
     /// The first write that failed for want of a readable store; the block cannot commit.
@@ -590,10 +637,16 @@ pub struct Writer {
 
 impl Writer {
     pub fn new(state: State) -> Self {
+        Writer::with_capacity(state, 0)
+    }
+
+    /// A writer whose log has room for `accounts` accounts (a block like the one before it
+    /// then never grows its log, which moves every entry each time).
+    pub fn with_capacity(state: State, accounts: usize) -> Self {
         Writer {
             state,
-            log: WriteLog::default(),
-            last: None,
+            log: WriteLog::with_capacity_and_hasher(accounts, Default::default()),
+            hashed: AddressHashes::default(),
             last_slot: None,
             error: None,
         }
@@ -606,14 +659,11 @@ impl Writer {
     }
 
     fn hash_address(&mut self, addr: &Address) -> B256 {
-        match self.last {
-            Some((a, h)) if a == *addr => h,
-            _ => {
-                let h = keccak256(addr);
-                self.last = Some((*addr, h));
-                h
-            }
-        }
+        self.hashed.get(addr).unwrap_or_else(|| {
+            let h = keccak256(addr);
+            self.hashed.put(addr, h);
+            h
+        })
     }
 
     /// The state as written so far (read-your-writes).
@@ -647,13 +697,12 @@ impl Writer {
     /// time (a block's writes are known together; one Keccak-f at a time was ~5% of a
     /// block's writes in the Paprika benchmark).
     pub fn set_accounts(&mut self, accounts: &[(Address, Option<Account>)]) {
-        let addrs: Vec<&[u8]> = accounts.iter().map(|(a, _)| &a[..]).collect();
-        let haddrs = keccak256_many(&addrs);
+        let addrs: Vec<&Address> = accounts.iter().map(|(a, _)| a).collect();
+        let haddrs = self.hashed.hash_all(&addrs);
         self.state.prefetch_accounts(&haddrs);
         self.log.reserve(accounts.len());
-        for ((addr, account), haddr) in accounts.iter().zip(haddrs) {
+        for ((_, account), haddr) in accounts.iter().zip(haddrs) {
             self.set_account_at(haddr, *account);
-            self.last = Some((*addr, haddr));
         }
     }
 
@@ -690,26 +739,33 @@ impl Writer {
     }
 
     /// [`Writer::set_storage`] for each `(address, slot, value)` in turn, addresses and slots
-    /// hashed eight at a time (a slot equal to the one before it is hashed once); stops at
-    /// the first write that fails and returns its error, the writes before it applied.
+    /// hashed eight at a time (an address written recently, or a slot equal to the one
+    /// before it, is not hashed again); stops at the first write that fails and returns its
+    /// error, the writes before it applied.
     pub fn set_storages(&mut self, writes: &[(Address, B256, U256)]) -> Result<(), StateError> {
-        let addrs: Vec<&[u8]> = writes.iter().map(|(a, _, _)| &a[..]).collect();
-        let haddrs = keccak256_many(&addrs);
+        let addrs: Vec<&Address> = writes.iter().map(|(a, _, _)| a).collect();
+        let haddrs = self.hashed.hash_all(&addrs);
         // Only a slot that differs from the one before is hashed (runs of one slot are
         // common: slot 0 of many accounts).
-        let starts_run = |i: usize| i == 0 || writes[i - 1].1 != writes[i].1;
+        let last_slot = self.last_slot.map(|(s, _)| s);
+        let starts_run = |i: usize| {
+            if i == 0 {
+                last_slot != Some(writes[0].1)
+            } else {
+                writes[i - 1].1 != writes[i].1
+            }
+        };
         let runs: Vec<&[u8]> = (0..writes.len())
             .filter(|&i| starts_run(i))
             .map(|i| &writes[i].1[..])
             .collect();
         let mut hslots = keccak256_many(&runs).into_iter();
-        let mut hslot = [0u8; 32];
-        for (i, ((addr, slot, value), haddr)) in writes.iter().zip(haddrs).enumerate() {
+        let mut hslot = self.last_slot.map_or([0u8; 32], |(_, h)| h);
+        for (i, ((_, slot, value), haddr)) in writes.iter().zip(haddrs).enumerate() {
             if starts_run(i) {
                 hslot = hslots.next().expect("one hash per run");
             }
             self.set_storage_at(haddr, hslot, value)?;
-            self.last = Some((*addr, haddr));
             self.last_slot = Some((*slot, hslot));
         }
         Ok(())
