@@ -444,7 +444,7 @@ impl State {
         account: Option<Account>,
     ) -> Result<(), StateError> {
         let path = nibbles(haddr);
-        let base = self.base.clone();
+        let base = &self.base;
         // The loaders live on the stack: one heap box per write was measurable.
         let (stored, none);
         let loader: &dyn Loader<AccountLeaf> = match &base {
@@ -512,7 +512,7 @@ impl State {
         value: &U256,
     ) -> Result<(), StateError> {
         let path = nibbles(haddr);
-        let base = self.base.clone();
+        let base = &self.base;
         let (stored, none);
         let (aloader, sloader): (&dyn Loader<AccountLeaf>, &dyn Loader<StorageValue>) = match &base
         {
