@@ -177,23 +177,26 @@ pub fn run_paprika_rows(
         let t0 = Instant::now();
         let c0 = cpu();
         let mut block = db.begin(parent)?;
-        // Eight accounts at a time, then their slots: the keys are hashed eight at a time,
-        // and the slots' writes find the accounts' trie paths still in cache (all accounts
-        // first, then all slots, walked every path twice from memory: block writes +10%).
+        // 32 accounts at a time, then their slots: the keys are hashed eight at a time, the
+        // writes' hints walk 32 paths together (8 at a time: block writes ~4% slower at
+        // 3,000 blocks), and the slots' writes find the accounts' trie paths still in cache
+        // (all accounts first, then all slots, walked every path twice from memory: block
+        // writes +10%).
         let addrs = addresses(n, 0, cfg.accounts_per_block);
         let account = Account {
             nonce: 0,
             balance: u256(n),
             ..Default::default()
         };
+        const GROUP: usize = 32;
         let (mut accounts, mut slots) = (Vec::new(), Vec::new());
-        for (g, group) in (0..).zip(addrs.chunks(8)) {
+        for (g, group) in (0..).zip(addrs.chunks(GROUP)) {
             accounts.clear();
             accounts.extend(group.iter().map(|a| (*a, Some(account))));
             block.set_accounts(&accounts);
             slots.clear();
             for s in 0..cfg.storage_per_account {
-                for (i, addr) in (8 * g..).zip(group) {
+                for (i, addr) in (GROUP as u64 * g..).zip(group) {
                     slots.push((*addr, u256(s), u256(n * 1_000_000 + i * 16 + s + 1)));
                 }
             }
