@@ -1701,7 +1701,25 @@ fn dirty<'a, V: TrieValue>(
             pos.truncate(n);
         }
         Node::Branch { children } => {
+            // The record reads every child's cell, and the walk then goes down into the
+            // children not stored yet, each first reading its children's box: both asked
+            // for ahead, so that the siblings' misses overlap instead of coming one after
+            // another as the walk goes down.
+            for c in children.iter().flatten() {
+                if let Child::Mem(c) = c {
+                    prefetch_cell(c);
+                }
+            }
             f(pos, branch_record(children));
+            for c in children.iter().flatten() {
+                if let Child::Mem(c) = c {
+                    if !c.has(STORED) {
+                        if let Node::Branch { children } = &c.node {
+                            proofkit_core::memory::prefetch_read_all(&**children);
+                        }
+                    }
+                }
+            }
             for (i, c) in children.iter().enumerate() {
                 if let Some(c) = c {
                     pos.push(i as u8);
