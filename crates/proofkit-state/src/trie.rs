@@ -1664,6 +1664,19 @@ fn prune_slots<V: TrieValue>(
             proofkit_core::memory::prefetch_address(Arc::as_ptr(c).cast::<u8>(), flags);
         }
     }
+    // Then what pruning a child branch reads next, its children's box, once its cell is in
+    // (the first child's cell is waited for here, the others' with it).
+    if depth + 1 < keep {
+        for i in slots_in(mask) {
+            if let Some(Child::Mem(c)) = &children[i - first] {
+                if let Node::Branch { children } = &c.node {
+                    if !c.has(PRUNED) {
+                        proofkit_core::memory::prefetch_read_all(&**children);
+                    }
+                }
+            }
+        }
+    }
     let mut left = 0;
     for i in slots_in(mask) {
         if let Some(c) = &mut children[i - first] {
