@@ -193,8 +193,33 @@ struct Landed {
     times: FinalizeTimes,
 }
 
-/// A finalization's store job running on its own thread.
-type InFlight = std::thread::JoinHandle<Result<Landed, DbError>>;
+/// A finalization's store job running on its own thread: its result comes through `landed`
+/// as soon as the commit is done, and the thread then frees the subtrees the pruning before it
+/// replaced (the block thread, which may be waiting for the result, need not wait for the
+/// frees too: they were ~0.4 ms a block at 3,000 blocks).
+struct InFlight {
+    thread: std::thread::JoinHandle<()>,
+    /// In a mutex only so that a `Db` stays `Sync` (readers share it across threads).
+    landed: std::sync::Mutex<std::sync::mpsc::Receiver<Result<Landed, DbError>>>,
+}
+
+impl InFlight {
+    /// The job's result; a panic in the job is raised again here.
+    fn wait(self) -> Result<Landed, DbError> {
+        let landed = self
+            .landed
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        match landed.recv() {
+            Ok(r) => r,
+            // The thread ended without a result: it panicked.
+            Err(_) => match self.thread.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("a job sends its result before it ends"),
+            },
+        }
+    }
+}
 
 pub struct Db {
     /// Shared with a pipelined commit's thread, which holds it for writing while it runs
@@ -515,19 +540,29 @@ impl Db {
             times.build_ops = t1 - t0;
             times.apply = t2 - t1;
             times.commit = thread_seconds() - t2;
-            // The pruned subtrees are freed here, off the block thread.
-            crate::trie::drop_subtrees(pruned);
             Ok(Landed { stats, snap, times })
         };
         if self.pipeline {
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            self.in_flight = Some(std::thread::spawn(move || job(Some(tx))));
+            let (landed_tx, landed) = std::sync::mpsc::sync_channel(1);
+            let thread = std::thread::spawn(move || {
+                let _ = landed_tx.send(job(Some(tx)));
+                // The pruned subtrees are freed here, off the block thread, once the result
+                // is out.
+                crate::trie::drop_subtrees(pruned);
+            });
+            self.in_flight = Some(InFlight {
+                thread,
+                landed: std::sync::Mutex::new(landed),
+            });
             // Returns once the job holds the store, so that reads of the store through the
             // `Db` (which wait for it) see this finalization.
             let _ = rx.recv();
             Ok(previous.unwrap_or_default())
         } else {
-            let landed = job(None).map_err(|e| self.fail(e))?;
+            let landed = job(None);
+            crate::trie::drop_subtrees(pruned);
+            let landed = landed.map_err(|e| self.fail(e))?;
             Ok(self.land(landed))
         }
     }
@@ -541,11 +576,8 @@ impl Db {
             self.usable()?;
             return Ok(None);
         };
-        let landed = match job.join() {
-            Ok(r) => r.map_err(|e| self.fail(e))?,
-            // The same panic as a finalization on this thread would have raised.
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
+        // A panic in the job is raised here, as a finalization on this thread would have.
+        let landed = job.wait().map_err(|e| self.fail(e))?;
         Ok(Some(self.land(landed)))
     }
 
@@ -636,7 +668,7 @@ impl Drop for Db {
     /// see it.
     fn drop(&mut self) {
         if let Some(job) = self.in_flight.take() {
-            let _ = job.join();
+            let _ = job.thread.join();
         }
     }
 }
