@@ -535,10 +535,9 @@ impl State {
         account: Option<Account>,
     ) -> Result<(), StateError> {
         let path = nibbles(haddr);
-        let base = &self.base;
         // The loaders live on the stack: one heap box per write was measurable.
         let (stored, none);
-        let loader: &dyn Loader<AccountLeaf> = match &base {
+        let loader: &dyn Loader<AccountLeaf> = match &self.base {
             Some(s) => {
                 stored = AccountLoader(s);
                 &stored
@@ -603,19 +602,18 @@ impl State {
         value: &U256,
     ) -> Result<(), StateError> {
         let path = nibbles(haddr);
-        let base = &self.base;
         let (stored, none);
-        let (aloader, sloader): (&dyn Loader<AccountLeaf>, &dyn Loader<StorageValue>) = match &base
-        {
-            Some(s) => {
-                stored = (AccountLoader(s), StorageLoader(s, *haddr));
-                (&stored.0, &stored.1)
-            }
-            None => {
-                none = NoLoader;
-                (&none, &none)
-            }
-        };
+        let (aloader, sloader): (&dyn Loader<AccountLeaf>, &dyn Loader<StorageValue>) =
+            match &self.base {
+                Some(s) => {
+                    stored = (AccountLoader(s), StorageLoader(s, *haddr));
+                    (&stored.0, &stored.1)
+                }
+                None => {
+                    none = NoLoader;
+                    (&none, &none)
+                }
+            };
         let Some(leaf) = self.accounts.get_mut(&path, aloader)? else {
             return Err(StateError::NoSuchAccount(hex::encode(haddr)));
         };
@@ -691,6 +689,15 @@ impl AddressHashes {
         self.0[addr[19] as usize] = Some((*addr, h));
     }
 
+    /// The hash of one address.
+    fn hash(&mut self, addr: &Address) -> B256 {
+        self.get(addr).unwrap_or_else(|| {
+            let h = keccak256(addr);
+            self.put(addr, h);
+            h
+        })
+    }
+
     /// The hashes of `addrs`, those not known hashed eight at a time.
     fn hash_all(&mut self, addrs: &[&Address]) -> Vec<B256> {
         let mut out: Vec<B256> = Vec::with_capacity(addrs.len());
@@ -750,11 +757,7 @@ impl Writer {
     }
 
     fn hash_address(&mut self, addr: &Address) -> B256 {
-        self.hashed.get(addr).unwrap_or_else(|| {
-            let h = keccak256(addr);
-            self.hashed.put(addr, h);
-            h
-        })
+        self.hashed.hash(addr)
     }
 
     /// The state as written so far (read-your-writes).

@@ -1813,19 +1813,21 @@ impl View<'_> {
         if key.is_empty() || key.len() > MAX_KEY {
             return Err(StoreError::BadKey(key.len()));
         }
+        match self.leaf_for(key)? {
+            0 => Ok(None),
+            id => Ok(find_in_leaf(id, self.page(id), key)?.map(<[u8]>::to_vec)),
+        }
+    }
+
+    /// The leaf page a lookup of `key` reaches (0: none).
+    fn leaf_for(&self, key: &[u8]) -> Result<u32, StoreError> {
         let mut id = self.root;
         let mut depth = 0;
-        loop {
-            if id == 0 {
-                return Ok(None);
-            }
-            if self.kind(id)? == BRANCH {
-                id = self.child(id, slot(key, depth));
-                depth += 1;
-                continue;
-            }
-            return Ok(find_in_leaf(id, self.page(id), key)?.map(<[u8]>::to_vec));
+        while id != 0 && self.kind(id)? == BRANCH {
+            id = self.child(id, slot(key, depth));
+            depth += 1;
         }
+        Ok(id)
     }
 
     /// `get` of many keys: visits them in key order (sorting a copy of their indices by their
@@ -1988,10 +1990,9 @@ impl View<'_> {
             Some(n) => n,
         };
         let last = &last[..last_len];
-        self.scan_page(self.root, 0, Some(from), &mut |k, v| {
-            (last_len > 0 && k <= last) || f(k, v)
-        })
-        .map(|_| ())
+        // Keys are never empty: with no key given (`last` empty), none is skipped.
+        self.scan_page(self.root, 0, Some(from), &mut |k, v| k <= last || f(k, v))
+            .map(|_| ())
     }
 
     /// The start of [`View::scan_from`]: the entries not below `from` of the leaf page a
@@ -2003,12 +2004,7 @@ impl View<'_> {
         f: &mut impl FnMut(&[u8], &[u8]) -> bool,
         last: &mut [u8; MAX_KEY],
     ) -> Result<Option<usize>, StoreError> {
-        let mut id = self.root;
-        let mut depth = 0;
-        while id != 0 && self.kind(id)? == BRANCH {
-            id = self.child(id, slot(from, depth));
-            depth += 1;
-        }
+        let id = self.leaf_for(from)?;
         if id == 0 {
             return Ok(Some(0));
         }

@@ -1669,10 +1669,8 @@ fn prune_slots<V: TrieValue>(
     if depth + 1 < keep {
         for i in slots_in(mask) {
             if let Some(Child::Mem(c)) = &children[i - first] {
-                if let Node::Branch { children } = &c.node {
-                    if !c.has(PRUNED) {
-                        proofkit_core::memory::prefetch_read_all(&**children);
-                    }
+                if !c.has(PRUNED) {
+                    prefetch_children_box(c);
                 }
             }
         }
@@ -1727,9 +1725,7 @@ fn dirty<'a, V: TrieValue>(
             for c in children.iter().flatten() {
                 if let Child::Mem(c) = c {
                     if !c.has(STORED) {
-                        if let Node::Branch { children } = &c.node {
-                            proofkit_core::memory::prefetch_read_all(&**children);
-                        }
+                        prefetch_children_box(c);
                     }
                 }
             }
@@ -1901,9 +1897,16 @@ fn prefetch_cell<V>(c: &Arc<Cell<V>>) {
 /// value's own lines (see [`TrieValue::prefetch`]); a hint only (reads the cell).
 fn prefetch_box_or_value<V: TrieValue>(c: &Cell<V>) {
     match &c.node {
-        Node::Branch { children } => proofkit_core::memory::prefetch_read_all(&**children),
         Node::Leaf { value, .. } => value.prefetch(),
-        _ => {}
+        _ => prefetch_children_box(c),
+    }
+}
+
+/// Asks for a branch's children box (every line of it); nothing for other nodes. A hint only
+/// (reads the cell).
+fn prefetch_children_box<V>(c: &Cell<V>) {
+    if let Node::Branch { children } = &c.node {
+        proofkit_core::memory::prefetch_read_all(&**children);
     }
 }
 
