@@ -687,6 +687,60 @@ fn handed_down_states_are_rebuilt_from_the_logs() {
     }
 }
 
+/// With [`DbOptions::keep_parent_states`] off and no history, the block built on the finalized
+/// block takes its state over too (the finalization's store writes are then built before it
+/// starts); the finalized block is still read, and built on again (a second child), from the
+/// store, once the finalization's job has applied it.
+#[test]
+fn the_finalized_state_taken_over_is_read_from_the_store() {
+    for pipeline in [true, false] {
+        let mut rng = SmallRng::seed_from_u64(31 + pipeline as u64);
+        let mut db = Db::open(
+            None,
+            DbOptions {
+                keep_parent_states: false,
+                history: 0,
+                cached_levels: 2,
+                pipeline,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut m = Model::default();
+        let mut parent = db.finalized();
+        for _ in 0..3 {
+            let mut block = db.begin(parent).unwrap();
+            random_block(&mut rng, &mut m, &mut block, 40);
+            parent = db.commit(block).unwrap().0;
+        }
+        db.finalize(parent).unwrap();
+        let finalized = db.finalized();
+        let at_finalized = m.clone();
+        // The next block takes the finalized state over (pipelined: while the job runs).
+        let mut next = db.begin(finalized).unwrap();
+        random_block(&mut rng, &mut m, &mut next, 40);
+        let (next_id, next_root) = db.commit(next).unwrap();
+        assert_eq!(next_root, oracle_root(&m));
+        // The finalized block, read (from the store) after its state was taken.
+        let s = db.state(finalized).unwrap();
+        assert_eq!(s.root(), oracle_root(&at_finalized));
+        assert_reads(s, &at_finalized);
+        // A second child of the finalized block, built from the store.
+        let mut fork_model = at_finalized.clone();
+        let mut fork = db.begin(finalized).unwrap();
+        random_block(&mut rng, &mut fork_model, &mut fork, 40);
+        let (fork_id, fork_root) = db.commit(fork).unwrap();
+        assert_eq!(fork_root, oracle_root(&fork_model));
+        assert_reads(db.state(next_id).unwrap(), &m);
+        // Finalizing the fork drops the first child.
+        db.finalize(fork_id).unwrap();
+        db.sync().unwrap();
+        assert!(db.state(next_id).is_err());
+        assert_reads(db.state(fork_id).unwrap(), &fork_model);
+        assert_eq!(db.check().unwrap().1, oracle_root(&fork_model));
+    }
+}
+
 /// Pipelined finalization: the store writes and commit run on their own thread while the next
 /// blocks are written, read and hashed over the previous store root (writes load stored nodes
 /// from it); roots equal alloy-trie's, reads agree at every block, forks made meanwhile are
