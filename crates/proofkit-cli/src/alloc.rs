@@ -74,7 +74,7 @@ unsafe impl GlobalAlloc for PerCommand {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if MIMALLOC.load(Ordering::Relaxed) {
-            mi_alloc(layout)
+            mi_alloc(layout, false)
         } else {
             system().alloc(layout)
         }
@@ -83,11 +83,7 @@ unsafe impl GlobalAlloc for PerCommand {
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if MIMALLOC.load(Ordering::Relaxed) {
-            if word_aligned(layout) {
-                libmimalloc_sys::mi_zalloc(layout.size()).cast()
-            } else {
-                mimalloc::MiMalloc.alloc_zeroed(layout)
-            }
+            mi_alloc(layout, true)
         } else {
             system().alloc_zeroed(layout)
         }
@@ -129,16 +125,17 @@ fn word_aligned(layout: Layout) -> bool {
     layout.align() <= std::mem::size_of::<usize>() && layout.align() <= layout.size()
 }
 
-/// A block from mimalloc for `layout` (see [`word_aligned`]).
+/// A block from mimalloc for `layout` (see [`word_aligned`]), zeroed when `zero` is set.
 ///
 /// # Safety
 /// As `GlobalAlloc::alloc`.
 #[inline(always)]
-unsafe fn mi_alloc(layout: Layout) -> *mut u8 {
-    if word_aligned(layout) {
-        libmimalloc_sys::mi_malloc(layout.size()).cast()
-    } else {
-        mimalloc::MiMalloc.alloc(layout)
+unsafe fn mi_alloc(layout: Layout, zero: bool) -> *mut u8 {
+    match (word_aligned(layout), zero) {
+        (true, false) => libmimalloc_sys::mi_malloc(layout.size()).cast(),
+        (true, true) => libmimalloc_sys::mi_zalloc(layout.size()).cast(),
+        (false, false) => mimalloc::MiMalloc.alloc(layout),
+        (false, true) => mimalloc::MiMalloc.alloc_zeroed(layout),
     }
 }
 
@@ -218,7 +215,7 @@ mod tests {
         let layout = Layout::from_size_align(640, 8).unwrap();
         let blocks: Vec<*mut u8> = (0..5000)
             // SAFETY: a non-zero size; each block is freed below.
-            .map(|_| unsafe { mi_alloc(layout) })
+            .map(|_| unsafe { mi_alloc(layout, false) })
             .collect();
         for &b in &blocks {
             assert!(!b.is_null() && b as usize % 8 == 0);
@@ -234,7 +231,7 @@ mod tests {
         for (size, align) in [(640, 64), (4, 8), (24, 16)] {
             let layout = Layout::from_size_align(size, align).unwrap();
             // SAFETY: as above.
-            let b = unsafe { mi_alloc(layout) };
+            let b = unsafe { mi_alloc(layout, false) };
             assert!(!b.is_null() && b as usize % align == 0, "{size} {align}");
             // SAFETY: as above.
             unsafe { libmimalloc_sys::mi_free(b.cast()) };

@@ -561,9 +561,7 @@ impl Db {
         let input = if takes_over {
             let t = thread_seconds();
             let mut records = 0.0;
-            let merged = ChainWrites::merge(&logs);
-            drop(logs);
-            let ops = store_ops(target, &merged, &mut records);
+            let ops = chain_ops(target, logs, &mut records);
             self.times.build_ops += thread_seconds() - t;
             self.times.account_records += records;
             JobInput::Ops(ops.map_err(|e| self.fail(e))?)
@@ -588,10 +586,7 @@ impl Db {
             let ops = match input {
                 JobInput::Ops(ops) => ops,
                 JobInput::Walk { state, logs } => {
-                    // The chain's writes together, read back from the newest state.
-                    let merged = ChainWrites::merge(&logs);
-                    drop(logs);
-                    store_ops(&state, &merged, &mut times.account_records)?
+                    chain_ops(&state, logs, &mut times.account_records)?
                 }
             };
             let t1 = thread_seconds();
@@ -800,6 +795,18 @@ impl ChainWrites {
 /// wrote (`merged`: by hashed address, whether it was wiped and the slots written): accounts
 /// and slots as they are in `state`, the records of the trie branches not in the store yet,
 /// deletions of the records a removal left behind, and the root entry.
+/// The store writes of a chain from its write logs (merged, oldest first) and its newest
+/// state, which the values and the trie records are read back from.
+fn chain_ops(
+    state: &State,
+    logs: Vec<WriteLog>,
+    records_seconds: &mut f64,
+) -> Result<Vec<Op>, DbError> {
+    let merged = ChainWrites::merge(&logs);
+    drop(logs);
+    store_ops(state, &merged, records_seconds)
+}
+
 fn store_ops(
     state: &State,
     merged: &ChainWrites,
