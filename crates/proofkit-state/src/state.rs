@@ -25,8 +25,8 @@ use crate::account::{Account, AccountLeaf, StorageValue, U256};
 use crate::keccak::{keccak256, keccak256_many, B256};
 use crate::store::Snapshot;
 use crate::trie::{
-    decode_entry, decode_record, nibbles, record_children, Child, ChildEntry, LoadError,
-    LoadedNode, Loader, Lookup, NoLoader, StoredKind, Trie,
+    decode_entry, decode_record_children, nibbles, Child, ChildEntry, LoadError, LoadedNode,
+    Loader, Lookup, NoLoader, StoredKind, Trie,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -112,23 +112,22 @@ fn load_branch<V: crate::trie::TrieValue>(
     owner: Option<&B256>,
     pos: &[u8],
 ) -> Result<LoadedNode<V>, LoadError> {
-    let rec = snap
-        .get(&record_key(owner, pos))
-        .map_err(|e| LoadError::new(pos, e.to_string()))?
-        .ok_or_else(|| LoadError::new(pos, "branch record missing"))?;
-    let entries = decode_record(&rec).ok_or_else(|| LoadError::new(pos, "bad branch record"))?;
     // An extension below `pos` leaves its branch at least one nibble of the 64-nibble key.
     let room = 64usize.saturating_sub(pos.len() + 2);
-    if entries
-        .iter()
-        .flatten()
-        .any(|e| matches!(e, ChildEntry::Extension(p, _) if p.len() > room))
-    {
-        return Err(LoadError::new(pos, "extension path longer than the key"));
-    }
-    Ok(LoadedNode::Branch {
-        children: record_children(&entries),
-    })
+    // Decoded where the record lies in its page (no copy of it).
+    let children = snap
+        .get_with(&record_key(owner, pos), |rec| {
+            decode_record_children(rec, room)
+        })
+        .map_err(|e| LoadError::new(pos, e.to_string()))?
+        .ok_or_else(|| LoadError::new(pos, "branch record missing"))?
+        .ok_or_else(|| {
+            LoadError::new(
+                pos,
+                "bad branch record (malformed, or an extension path longer than the key)",
+            )
+        })?;
+    Ok(LoadedNode::Branch { children })
 }
 
 /// The one key of `len` bytes under the nibble prefix `pos` (after `owner`), and its value.

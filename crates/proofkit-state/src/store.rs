@@ -315,6 +315,15 @@ impl Snapshot {
         self.view().get(key)
     }
 
+    /// `f(value)` of `key`'s value at this root, read where it lies (no copy), if present.
+    pub fn get_with<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, StoreError> {
+        self.view().get_with(key, f)
+    }
+
     /// Visits the entries from the first key not below `from`, in key order, while `f` returns
     /// true.
     pub fn scan_from(
@@ -1843,12 +1852,17 @@ impl View<'_> {
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get_with(key, <[u8]>::to_vec)
+    }
+
+    /// `f(value)` of `key`'s value as it lies in its page, if present (no copy).
+    fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, StoreError> {
         if key.is_empty() || key.len() > MAX_KEY {
             return Err(StoreError::BadKey(key.len()));
         }
         match self.leaf_for(key)? {
             0 => Ok(None),
-            id => Ok(find_in_leaf(id, self.page(id), key)?.map(<[u8]>::to_vec)),
+            id => Ok(find_in_leaf(id, self.page(id), key)?.map(f)),
         }
     }
 

@@ -1545,6 +1545,28 @@ pub fn decode_record(mut b: &[u8]) -> Option<[Option<ChildEntry>; 16]> {
     b.is_empty().then_some(out)
 }
 
+/// The children of the branch whose record is `b`, as stored nodes, decoded straight into
+/// the branch's box (no array of entries in between: a block's writes load a few thousand
+/// branches); `None` for a malformed record or an extension path over `room` nibbles.
+pub fn decode_record_children<V: TrieValue>(mut b: &[u8], room: usize) -> Option<Box<Children<V>>> {
+    let bits = u16::from_le_bytes(b.get(..2)?.try_into().ok()?);
+    if bits.count_ones() < 2 {
+        return None;
+    }
+    b = &b[2..];
+    let mut children: Box<Children<V>> = Default::default();
+    for (i, slot) in children.iter_mut().enumerate() {
+        if bits & (1 << i) != 0 {
+            let e = decode_entry(&mut b)?;
+            if matches!(&e, ChildEntry::Extension(p, _) if p.len() > room) {
+                return None;
+            }
+            *slot = Some(entry_child(&e));
+        }
+    }
+    b.is_empty().then_some(children)
+}
+
 /// The branch of a decoded record, its children as stored nodes.
 pub fn record_children<V: TrieValue>(entries: &[Option<ChildEntry>; 16]) -> Box<Children<V>> {
     Box::new(std::array::from_fn(|i| {
@@ -2071,6 +2093,53 @@ mod tests {
         fn leaf_bytes(&self, out: &mut Vec<u8>) {
             out.extend_from_slice(&self.0);
         }
+    }
+
+    /// A record decoded straight into a branch's children gives the children that decoding it
+    /// into entries first gives; a record with an extension path over the room left, a
+    /// truncated one, one with trailing bytes and one with a single child are refused.
+    #[test]
+    fn records_decode_straight_into_children() {
+        let hash = |b: u8| NodeRef::from_bytes(&[b; 32]).unwrap();
+        let embedded = NodeRef::from_bytes(&[0xc2, 0x20, 0x01]).unwrap();
+        let path: Nibbles = [1u8, 2, 3, 4, 5].as_slice().into();
+        let mut entries: [Option<ChildEntry>; 16] = Default::default();
+        entries[0] = Some(ChildEntry::Leaf(hash(1)));
+        entries[3] = Some(ChildEntry::Branch(hash(2)));
+        entries[9] = Some(ChildEntry::Extension(path, hash(3)));
+        entries[15] = Some(ChildEntry::Leaf(embedded));
+        let bits: u16 = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_some())
+            .map(|(i, _)| 1 << i)
+            .sum();
+        let mut rec = bits.to_le_bytes().to_vec();
+        for e in entries.iter().flatten() {
+            encode_entry(e, &mut rec);
+        }
+        let want: Box<Children<Raw>> = record_children(&decode_record(&rec).unwrap());
+        let got: Box<Children<Raw>> = decode_record_children(&rec, 5).unwrap();
+        for (w, g) in want.iter().zip(got.iter()) {
+            assert_eq!(w.is_some(), g.is_some());
+            if let (Some(w), Some(g)) = (w, g) {
+                assert_eq!(child_ref(w), child_ref(g));
+                assert_eq!(
+                    matches!(w, Child::Stored(StoredKind::Leaf, _)),
+                    matches!(g, Child::Stored(StoredKind::Leaf, _))
+                );
+                assert_eq!(matches!(w, Child::Mem(_)), matches!(g, Child::Mem(_)));
+            }
+        }
+        // The extension's five nibbles need room for five.
+        assert!(decode_record_children::<Raw>(&rec, 4).is_none());
+        assert!(decode_record_children::<Raw>(&rec[..rec.len() - 1], 5).is_none());
+        let mut trailing = rec.clone();
+        trailing.push(0);
+        assert!(decode_record_children::<Raw>(&trailing, 5).is_none());
+        let mut single = 1u16.to_le_bytes().to_vec();
+        encode_entry(&ChildEntry::Leaf(hash(1)), &mut single);
+        assert!(decode_record_children::<Raw>(&single, 5).is_none());
     }
 
     /// A value that counts its drops (clones included), to see which leaves a drop freed.
