@@ -1,5 +1,5 @@
 //! Keccak-256 (the original Keccak padding, as Ethereum uses it, not SHA3-256): one message
-//! over the `sha3` crate's portable Keccak-f[1600], many at once over [`crate::keccak_x8`]
+//! over the `sha3` crate's portable Keccak-f\[1600\], many at once over [`crate::keccak_x8`]
 //! (eight permutations in the lanes of AVX-512 registers where the CPU has them).
 #![deny(unsafe_code)]
 

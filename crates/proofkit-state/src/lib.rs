@@ -9,7 +9,7 @@
 //!   root, forks and reorgs, finalize to the store; reopening rebuilds the trie from the store.
 //! * [`proof`]: `eth_getProof`-shaped account and storage proofs and their verifier.
 //! * [`genesis`]: the JSON account list of `proofkit state root --from-json`.
-//! * [`bench`]: the Paprika workload behind `proofkit state bench`.
+//! * [`mod@bench`]: the Paprika workload behind `proofkit state bench`.
 //!
 //! The contract is issue 6 of the project and `shared/DESIGN.md` (CLI forms).
 

@@ -1766,7 +1766,8 @@ impl Store {
     }
 
     /// Looks up many keys in the working tree at once: `f(i, value)` for each `keys[i]` that
-    /// is present (no copy of the value), in key order. See [`View::get_many`].
+    /// is present (no copy of the value), in key order. The keys descend the pages in groups,
+    /// each step asking for the line the next one reads (the private `View::get_many`).
     pub fn get_many(&self, keys: &[&[u8]], f: impl FnMut(usize, &[u8])) -> Result<(), StoreError> {
         self.view().get_many(keys, f)
     }

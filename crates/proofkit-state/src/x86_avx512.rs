@@ -1,4 +1,4 @@
-//! Keccak-f[1600] (FIPS 202, section 3.3) on eight independent states at once with AVX-512F:
+//! Keccak-f\[1600\] (FIPS 202, section 3.3) on eight independent states at once with AVX-512F:
 //! one 512-bit register per lane position holds that lane of all eight states. Theta's
 //! five-way xors and chi's `a ^ (!b & c)` are `vpternlogq`, rho's rotations `vprolvq`.
 //! The portable twin is `keccak_x8::permute_portable` (the `keccak` crate's permutation, one
