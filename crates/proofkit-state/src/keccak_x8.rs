@@ -28,7 +28,8 @@ impl Avx512Token {
 }
 use std::sync::OnceLock;
 
-const RATE: usize = 136;
+/// Keccak-256's rate in bytes (the kernels absorb in blocks of it too).
+pub(crate) const RATE: usize = 136;
 
 /// Eight Keccak states, lane-major: `st[lane][state]`.
 pub type States = [[u64; 8]; 25];
@@ -79,7 +80,8 @@ pub fn permute(k: Kernel, st: &mut States) {
     }
 }
 
-fn blocks(len: usize) -> usize {
+/// Rate blocks a message of `len` bytes takes, padded (a group's messages share the count).
+pub(crate) fn blocks(len: usize) -> usize {
     len / RATE + 1
 }
 
@@ -94,7 +96,6 @@ fn hash_group(k: Kernel, msgs: &[&[u8]], out: &mut [B256]) {
 /// The portable twin of the kernels' sponge: each block copied, padded and xored into the
 /// lane-major states, then [`permute_portable`].
 fn hash_group_portable(msgs: &[&[u8]], out: &mut [B256]) {
-    let k = Kernel::Portable;
     debug_assert!(
         msgs.len() <= 8
             && msgs
@@ -117,7 +118,7 @@ fn hash_group_portable(msgs: &[&[u8]], out: &mut [B256]) {
                 st[l][i] ^= u64::from_le_bytes(lane.try_into().expect("8 bytes"));
             }
         }
-        permute(k, &mut st);
+        permute_portable(&mut st);
     }
     for (i, o) in out.iter_mut().enumerate().take(msgs.len()) {
         for l in 0..4 {

@@ -2561,14 +2561,12 @@ mod tests {
                     })
                 }
                 StoredKind::Branch => {
-                    let r = self
+                    let children = self
                         .records
                         .get(pos)
-                        .and_then(|r| decode_record(r))
+                        .and_then(|r| decode_record_children(r, 64))
                         .ok_or_else(|| LoadError::new(pos, "no record"))?;
-                    Ok(LoadedNode::Branch {
-                        children: record_children(&r),
-                    })
+                    Ok(LoadedNode::Branch { children })
                 }
             }
         }

@@ -4,6 +4,7 @@
 //! The portable twin is `keccak_x8::permute_portable` (the `keccak` crate's permutation, one
 //! state at a time); `keccak_x8::tests` runs both on the same states.
 
+use crate::keccak_x8::{blocks, RATE};
 use core::arch::x86_64::*;
 
 /// Proof that this CPU has AVX-512F; only [`Avx512Token::detect`] makes one.
@@ -136,8 +137,6 @@ fn rounds(a: &mut [__m512i; 25]) {
     }
 }
 
-/// Keccak's rate in bytes (Keccak-256).
-const RATE: usize = 136;
 /// 64-bit words in the rate.
 const RATE_WORDS: usize = RATE / 8;
 
@@ -149,11 +148,11 @@ impl Avx512Token {
     /// copied into a block buffer and no state is transposed through memory.
     pub fn keccak256_x8(self, msgs: &[&[u8]], out: &mut [[u8; 32]]) {
         assert!(msgs.len() <= 8 && out.len() >= msgs.len());
-        let blocks = msgs.first().map_or(0, |m| m.len() / RATE + 1);
-        assert!(msgs.iter().all(|m| m.len() / RATE + 1 == blocks));
+        let n = msgs.first().map_or(0, |m| blocks(m.len()));
+        assert!(msgs.iter().all(|m| blocks(m.len()) == n));
         // SAFETY: the token exists only after the CPU reported AVX-512F (`detect`); the
         // kernel reads only bytes inside `msgs` (checked above to share their block count).
-        unsafe { keccak256_x8(msgs, blocks, out) }
+        unsafe { keccak256_x8(msgs, n, out) }
     }
 }
 
