@@ -256,9 +256,14 @@ const STORED: u8 = 1;
 const PRUNED: u8 = 2;
 
 /// A node and its cached reference.
+///
+/// In this order (`repr(C)`): the flags and the cached reference share the first line of the
+/// `Arc`'s allocation with its counts, and a branch's kind and children box sit on the next,
+/// the other line of the same 128-byte pair (the allocation is 256 bytes, so aligned). The
+/// walks read the counts, the flags, the reference and the kind of cells that are mostly
+/// cold; in the order the compiler chose, those were the first and the fourth line.
+#[repr(C)]
 pub struct Cell<V> {
-    node: Node<V>,
-    cached: OnceLock<NodeRef>,
     flags: AtomicU8,
     /// A branch's slots whose child may lack a cached reference (a superset): the slots
     /// written through this node since it last had a reference of its own. The walk that
@@ -269,6 +274,8 @@ pub struct Cell<V> {
     /// written through this node since it was last pruned, and those pruning had to leave
     /// (nodes the store did not hold yet). Pruning visits only these children.
     unpruned_slots: u16,
+    cached: OnceLock<NodeRef>,
+    node: Node<V>,
 }
 
 /// Every slot: for a node built whole, whose children are not known to be hashed or pruned.
@@ -1675,24 +1682,37 @@ fn prune_slots<V: TrieValue>(
     keep: usize,
     dropped: &mut Vec<Child<V>>,
 ) -> u16 {
-    // As in `collect_dirty`: the children's misses overlap. The flags (the first thing
-    // `prune_mut` reads) sit on a line of their own in an account cell; asking for it cost
-    // the roots more than it saved here while the roots' walks read cells one after another
-    // (session 26), no longer since they ask ahead themselves (session 29).
+    // As in `collect_dirty`: the children's misses overlap.
     for i in slots_in(mask) {
         if let Some(Child::Mem(c)) = &children[i - first] {
             prefetch_cell(c);
-            let flags = std::mem::offset_of!(Cell<V>, flags);
-            proofkit_core::memory::prefetch_address(Arc::as_ptr(c).cast::<u8>(), flags);
         }
     }
-    // Then what pruning a child branch reads next, its children's box, once its cell is in
-    // (the first child's cell is waited for here, the others' with it).
+    // Then what pruning a child branch reads next: the slots of its children's box it will
+    // visit, once its cell is in (the first child's cell is waited for here, the others'
+    // with it), and then those slots' cells. A branch one level above the pruning depth has
+    // one or two such slots, so a walk that went down child by child waited on each
+    // grandchild's cell alone (three quarters of the pruning's samples, session 33); asked
+    // for here, the grandchildren of all the siblings overlap.
     if depth + 1 < keep {
         for i in slots_in(mask) {
             if let Some(Child::Mem(c)) = &children[i - first] {
                 if !c.has(PRUNED) {
-                    prefetch_children_box(c);
+                    prefetch_slots(c, c.unpruned_slots);
+                }
+            }
+        }
+        for i in slots_in(mask) {
+            if let Some(Child::Mem(c)) = &children[i - first] {
+                if c.has(PRUNED) {
+                    continue;
+                }
+                if let Node::Branch { children } = &c.node {
+                    for j in slots_in(c.unpruned_slots) {
+                        if let Some(Child::Mem(g)) = &children[j] {
+                            prefetch_for_pruning(g);
+                        }
+                    }
                 }
             }
         }
@@ -1716,7 +1736,8 @@ fn dirty<'a, V: TrieValue>(
     leaves: &mut dyn FnMut(&[u8], &'a V),
 ) {
     let Child::Mem(cell) = child else { return };
-    if cell.has(STORED) {
+    let flags = cell.flags.load(Ordering::Relaxed);
+    if flags & STORED != 0 {
         return;
     }
     match &cell.node {
@@ -1760,7 +1781,11 @@ fn dirty<'a, V: TrieValue>(
             }
         }
     }
-    cell.flags.fetch_or(STORED, Ordering::Relaxed);
+    // A store, not a read-modify-write: while the walk runs it is the only writer of the
+    // flags of the cells it visits (the two halves' walks share no cell below the root, and
+    // pruning writes flags only through cells it holds alone), and the locked `or` drained
+    // the store buffer at every node (most of the walk's own time in storage tries).
+    cell.flags.store(flags | STORED, Ordering::Relaxed);
 }
 
 fn node_ref<V: TrieValue>(cell: &Cell<V>) -> NodeRef {
@@ -1905,13 +1930,42 @@ pub fn drop_subtrees<V: TrieValue>(roots: Vec<Child<V>>) {
     }
 }
 
-/// Asks for the lines of `c`'s cell that a walk reads first (its counts, node and flags); a
-/// hint only.
+/// Asks for the lines of `c`'s cell that a walk reads first (its counts, flags and reference,
+/// then its node); a hint only.
 fn prefetch_cell<V>(c: &Arc<Cell<V>>) {
     // The counts sit just before the value in an `Arc`'s allocation.
     let p = Arc::as_ptr(c).cast::<u8>();
     for offset in [-16isize, 48, 112] {
         proofkit_core::memory::prefetch_address(p, offset as usize);
+    }
+}
+
+/// Asks for the lines of `c`'s cell that pruning it reads: its flags and cached reference,
+/// then its node's kind; a hint only.
+fn prefetch_for_pruning<V>(c: &Arc<Cell<V>>) {
+    let p = Arc::as_ptr(c).cast::<u8>();
+    proofkit_core::memory::prefetch_address(p, std::mem::offset_of!(Cell<V>, flags));
+    proofkit_core::memory::prefetch_address(p, std::mem::offset_of!(Cell<V>, node));
+}
+
+/// Asks for the lines of a branch's children box that hold the slots in `mask` (not the
+/// whole box: ten lines a branch filled the line-fill buffers); nothing for other nodes. A
+/// hint only (reads the cell).
+fn prefetch_slots<V>(c: &Cell<V>, mask: u16) {
+    if let Node::Branch { children } = &c.node {
+        let base = (&**children as *const Children<V>).cast::<u8>();
+        let size = std::mem::size_of::<Option<Child<V>>>();
+        // Each line once: neighbouring slots share lines.
+        let mut last = usize::MAX;
+        for i in slots_in(mask) {
+            for offset in [i * size, i * size + size - 1] {
+                let line = (base as usize).wrapping_add(offset) >> 6;
+                if line != last {
+                    proofkit_core::memory::prefetch_address(base, offset);
+                    last = line;
+                }
+            }
+        }
     }
 }
 
