@@ -259,7 +259,8 @@ const PRUNED: u8 = 2;
 ///
 /// In this order (`repr(C)`): the flags and the cached reference share the first line of the
 /// `Arc`'s allocation with its counts, and a branch's kind and children box sit on the next,
-/// the other line of the same 128-byte pair (the allocation is 256 bytes, so aligned). The
+/// the other line of the same 128-byte pair (an account-trie cell's allocation is 256 bytes,
+/// so aligned; a storage-trie cell's is smaller and its lines may fall otherwise). The
 /// walks read the counts, the flags, the reference and the kind of cells that are mostly
 /// cold; in the order the compiler chose, those were the first and the fourth line.
 #[repr(C)]
