@@ -968,8 +968,6 @@ impl<V: TrieValue> Trie<V> {
     pub fn prefetch_root(&self) {
         if let Some(Child::Mem(c)) = &self.root {
             prefetch_cell(c);
-            let offset = std::mem::offset_of!(Cell<V>, cached);
-            proofkit_core::memory::prefetch_address(Arc::as_ptr(c).cast::<u8>(), offset);
         }
     }
 
@@ -1992,7 +1990,12 @@ pub fn drop_subtrees<V: TrieValue>(roots: Vec<Child<V>>) {
 /// Asks for the lines of `c`'s cell that a walk reads first (its counts, flags and reference,
 /// then its node); a hint only.
 fn prefetch_cell<V>(c: &Arc<Cell<V>>) {
-    // The counts sit just before the value in an `Arc`'s allocation.
+    // The counts sit just before the value in an `Arc`'s allocation; the flags and the
+    // reference end before byte 48 of the cell, so the first two lines asked for hold them
+    // wherever the allocation starts.
+    const _: () = assert!(
+        std::mem::offset_of!(Cell<()>, cached) + std::mem::size_of::<OnceLock<NodeRef>>() <= 48
+    );
     let p = Arc::as_ptr(c).cast::<u8>();
     for offset in [-16isize, 48, 112] {
         proofkit_core::memory::prefetch_address(p, offset as usize);
