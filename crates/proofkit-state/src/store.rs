@@ -2687,6 +2687,17 @@ impl Store {
         let mut i = 0;
         while i < entries.len() {
             let s = entries[i].slot;
+            // The leaves cover `first_slot..=last_slot` and their keys ascend: a slot out of
+            // that order is a damaged page (and would cut a leaf outside its range).
+            let below = sc
+                .groups
+                .last()
+                .map_or(first_slot, |&(g, _)| entries[g].slot as usize + 1);
+            if (s as usize) < below || s as usize > last_slot {
+                return Err(StoreError::Corrupt(format!(
+                    "leaf page {c} or its neighbour holds keys out of order or out of its slots"
+                )));
+            }
             let mut j = i;
             let mut size = 0;
             while j < entries.len() && entries[j].slot == s {
@@ -3020,8 +3031,17 @@ impl Store {
         let mut groups: Vec<(usize, (usize, usize))> = Vec::new();
         let mut start = lo; // first slot of the run of groups being collected
         let mut i = 0;
+        // The slot after the last group's: the groups ascend within `lo..=hi` (a leaf of a
+        // damaged store may hold keys of other slots; they would be dropped from its range).
+        let mut next = lo;
         while i < entries.len() {
             let s = slot(entries[i].0, depth);
+            if s < next || s > hi {
+                return Err(StoreError::Corrupt(format!(
+                    "keys out of order or outside slots {lo}..={hi} of a branch at depth {depth}"
+                )));
+            }
+            next = s + 1;
             let j = i + entries[i..]
                 .iter()
                 .take_while(|(k, _)| slot(k, depth) == s)
@@ -4632,6 +4652,41 @@ mod tests {
             "{} splits by copying",
             copying.byte_copy_split_count
         );
+    }
+
+    /// A leaf that holds keys outside the slots its branch gives it (a damaged store) is an
+    /// error when a batch overflows it, split either way, not a panic or a leaf cut outside
+    /// its range.
+    #[test]
+    fn a_split_of_a_leaf_holding_keys_of_other_slots_is_an_error() {
+        for copying in [true, false] {
+            let mut s = Store::open(None).unwrap();
+            s.byte_copy_splits = copying;
+            // Keys whose first byte is 0x10, in a leaf the root gives slots 0x20..=0x2f.
+            let keys: Vec<Vec<u8>> = (0..60u32)
+                .map(|i| [&[0x10u8][..], &keccak256(&i.to_le_bytes())[..31]].concat())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let value = [5u8; 30];
+            let entries: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &value[..])).collect();
+            assert!(entries_size(&entries) > LEAF_CAPACITY - 1200);
+            let leaf = s.alloc().unwrap();
+            encode_leaf(1, &entries, s.page_mut(leaf)).unwrap();
+            let mut children = [0u32; FANOUT];
+            children[1 + 0x20..=1 + 0x2f].fill(leaf);
+            s.root_page = s.write_branch(0, &children).unwrap();
+            let ops: Vec<Op> = (0..40u32)
+                .map(|i| {
+                    let k = [&[0x25u8][..], &keccak256(&(i + 100).to_le_bytes())[..31]].concat();
+                    Op::Put(k, vec![6; 60])
+                })
+                .collect();
+            assert!(
+                matches!(s.apply(ops), Err(StoreError::Corrupt(_))),
+                "copying {copying}"
+            );
+        }
     }
 
     /// A commit's page counts are the pages it took: those its tree reaches that the
