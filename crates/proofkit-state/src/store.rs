@@ -1510,6 +1510,18 @@ fn splice_leaf(
 /// ([`Store::split_spliced`]): a full leaf and a batch's puts into it.
 const SPLIT_ROOM: usize = 2 * PAGE;
 
+/// A leaf page being rewritten, as [`Store::split_spliced`] sees it: it covers slots
+/// `lo..=hi` of the branch at `depth`, and the batch's next op after it falls in slot
+/// `next_op_slot` (a right neighbour that no op touches may join it).
+#[derive(Clone, Copy)]
+struct LeafInBranch {
+    page: u32,
+    depth: usize,
+    lo: usize,
+    hi: usize,
+    next_op_slot: usize,
+}
+
 /// What [`Store::split_spliced`] works in, kept between splits.
 struct SplitScratch {
     /// The leaf with the batch spliced in (a leaf's layout over two pages' room).
@@ -1553,50 +1565,57 @@ struct RunEntry {
     slot: u16,
 }
 
-/// Appends the entries of leaf `p` (page `id`, or the spliced scratch) to a split's run
-/// (`first`: it starts the run), each key rebuilt into `key` as the walk passes it (the last
-/// one stays there for the next leaf's first entry, which then shares bytes with it).
-#[allow(clippy::too_many_arguments)]
-fn run_entries<const N: usize>(
-    id: u32,
-    p: &[u8; N],
-    neighbour: bool,
-    first: bool,
+/// The walk over a split's run ([`Store::split_spliced`]): the slots are those of the branch
+/// at `depth`, and each key is rebuilt into `key` as the walk passes it (the last one stays
+/// there for the next leaf's first entry, which then shares bytes with it).
+struct RunWalk {
     depth: usize,
-    key: &mut [u8; MAX_KEY],
-    key_len: &mut usize,
-    out: &mut Vec<RunEntry>,
-) -> Result<(), StoreError> {
-    let (start, _) = leaf_layout(id, &p[..])?;
-    let count = u16::from_le_bytes([p[2], p[3]]) as usize;
-    let (mut o, mut prev_len) = (start, 0);
-    for i in 0..count {
-        let h = entry_header_in(id, p, o, prev_len)?;
-        let end = h.end();
-        let (shared, len) = if i == 0 && !first {
-            // Stored in full (a leaf's first entry), after the run's last key now.
-            let mut k = [0u8; MAX_KEY];
-            h.suffix_into(&p[..], &mut k);
-            let kl = h.key_len();
-            let n = shared_len(&key[..*key_len], &k[..kl]);
-            key[..kl].copy_from_slice(&k[..kl]);
-            (n, entry_len(&k[n..kl], h.value_len))
-        } else {
-            h.suffix_into(&p[..], &mut key[h.shared..]);
-            (h.shared, end - o)
-        };
-        *key_len = h.key_len();
-        out.push(RunEntry {
-            neighbour,
-            o,
-            end,
-            shared: shared as u8,
-            len: len as u16,
-            slot: slot(&key[..*key_len], depth) as u16,
-        });
-        (o, prev_len) = (end, h.key_len());
+    key: [u8; MAX_KEY],
+    key_len: usize,
+}
+
+impl RunWalk {
+    /// Appends the entries of leaf `p` (page `id`, or the spliced scratch) to the run `out`
+    /// (`first`: they start it).
+    fn push<const N: usize>(
+        &mut self,
+        id: u32,
+        p: &[u8; N],
+        neighbour: bool,
+        first: bool,
+        out: &mut Vec<RunEntry>,
+    ) -> Result<(), StoreError> {
+        let (start, _) = leaf_layout(id, &p[..])?;
+        let count = u16::from_le_bytes([p[2], p[3]]) as usize;
+        let (mut o, mut prev_len) = (start, 0);
+        for i in 0..count {
+            let h = entry_header_in(id, p, o, prev_len)?;
+            let end = h.end();
+            let (shared, len) = if i == 0 && !first {
+                // Stored in full (a leaf's first entry), after the run's last key now.
+                let mut k = [0u8; MAX_KEY];
+                h.suffix_into(&p[..], &mut k);
+                let kl = h.key_len();
+                let n = shared_len(&self.key[..self.key_len], &k[..kl]);
+                self.key[..kl].copy_from_slice(&k[..kl]);
+                (n, entry_len(&k[n..kl], h.value_len))
+            } else {
+                h.suffix_into(&p[..], &mut self.key[h.shared..]);
+                (h.shared, end - o)
+            };
+            self.key_len = h.key_len();
+            out.push(RunEntry {
+                neighbour,
+                o,
+                end,
+                shared: shared as u8,
+                len: len as u16,
+                slot: slot(&self.key[..self.key_len], self.depth) as u16,
+            });
+            (o, prev_len) = (end, h.key_len());
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Sorted (key, value) pairs borrowed from a page copy and a batch.
@@ -2523,7 +2542,14 @@ impl Store {
                         i = j;
                         continue;
                     }
-                    if self.split_spliced(c, depth, lo, hi, &ops[i..j], next_op_slot, &mut new)? {
+                    let leaf = LeafInBranch {
+                        page: c,
+                        depth,
+                        lo,
+                        hi,
+                        next_op_slot,
+                    };
+                    if self.split_spliced(leaf, &ops[i..j], &mut new)? {
                         i = j;
                         continue;
                     }
@@ -2595,15 +2621,10 @@ impl Store {
     /// [`Store::splice`]), fits in one page, overflows two pages, or when a slot's entries
     /// alone overflow a page: the leaf is then decoded and repacked. Decoding both leaves and
     /// encoding every entry again was ~8% of the CPU at 10,000 blocks (session 34).
-    #[allow(clippy::too_many_arguments)]
     fn split_spliced(
         &mut self,
-        c: u32,
-        depth: usize,
-        lo: usize,
-        hi: usize,
+        leaf: LeafInBranch,
         ops: &[Op],
-        next_op_slot: usize,
         new: &mut [u32; FANOUT],
     ) -> Result<bool, StoreError> {
         if !self.byte_copy_splits
@@ -2612,181 +2633,161 @@ impl Store {
         {
             return Ok(false);
         }
-        let mut sc = self.split_scratch.take().unwrap_or_else(SplitScratch::new);
-        let r = self.split_with(&mut sc, c, depth, lo, hi, ops, next_op_slot, new);
-        self.split_scratch = Some(sc);
-        r
-    }
-
-    /// [`Store::split_spliced`] with its scratch.
-    #[allow(clippy::too_many_arguments)]
-    fn split_with(
-        &mut self,
-        sc: &mut SplitScratch,
-        c: u32,
-        depth: usize,
-        lo: usize,
-        hi: usize,
-        ops: &[Op],
-        next_op_slot: usize,
-        new: &mut [u32; FANOUT],
-    ) -> Result<bool, StoreError> {
-        match splice_leaf(c, self.page(c), depth + 1, ops, &mut sc.spliced[..])? {
-            Some(bytes) if bytes > LEAF_CAPACITY => {}
-            _ => return Ok(false),
-        }
-        let neighbour = self.leaf_neighbour(new, lo, hi, next_op_slot)?;
-        let (mut first_slot, mut last_slot) = (lo, hi);
-        // The leaves joined, in key order: (the neighbour's copy, its page).
-        let mut parts = [(false, c), (false, c)];
-        let mut n_parts = 1;
-        if let Some((n_lo, n_hi, n)) = neighbour {
-            // Copied: once both leaves are released, the new leaves may be written to its page.
-            sc.neighbour.copy_from_slice(self.page(n));
-            (first_slot, last_slot) = (lo.min(n_lo), hi.max(n_hi));
-            parts = if n_hi < lo {
-                [(true, n), (false, c)]
-            } else {
-                [(false, c), (true, n)]
-            };
-            n_parts = 2;
-        }
-        // The run's entries with their sizes in it, and their slots.
-        sc.entries.clear();
-        let mut key = [0u8; MAX_KEY];
-        let mut key_len = 0;
-        for (i, &(from_neighbour, id)) in parts[..n_parts].iter().enumerate() {
-            if from_neighbour {
-                run_entries(
-                    id,
-                    &sc.neighbour,
-                    true,
-                    i == 0,
-                    depth,
-                    &mut key,
-                    &mut key_len,
-                    &mut sc.entries,
-                )?;
-            } else {
-                run_entries(
-                    id,
-                    &sc.spliced,
-                    false,
-                    i == 0,
-                    depth,
-                    &mut key,
-                    &mut key_len,
-                    &mut sc.entries,
-                )?;
+        let mut scratch = self.split_scratch.take().unwrap_or_else(SplitScratch::new);
+        // The body as a closure, so that the scratch goes back whatever it returns.
+        let r = (|| -> Result<bool, StoreError> {
+            let sc = &mut scratch;
+            let LeafInBranch {
+                page: c,
+                depth,
+                lo,
+                hi,
+                next_op_slot,
+            } = leaf;
+            match splice_leaf(c, self.page(c), depth + 1, ops, &mut sc.spliced[..])? {
+                Some(bytes) if bytes > LEAF_CAPACITY => {}
+                _ => return Ok(false),
             }
-        }
-        // The slots' groups, as `pack_sized` forms them; one that overflows a page alone needs
-        // a branch of its own (left to `repack`).
-        let entries = &sc.entries;
-        sc.groups.clear();
-        let mut i = 0;
-        while i < entries.len() {
-            let s = entries[i].slot;
-            // The leaves cover `first_slot..=last_slot` and their keys ascend: a slot out of
-            // that order is a damaged page (and would cut a leaf outside its range).
-            let below = sc
-                .groups
-                .last()
-                .map_or(first_slot, |&(g, _)| entries[g].slot as usize + 1);
-            if (s as usize) < below || s as usize > last_slot {
-                return Err(StoreError::Corrupt(format!(
+            let neighbour = self.leaf_neighbour(new, lo, hi, next_op_slot)?;
+            let (mut first_slot, mut last_slot) = (lo, hi);
+            // The leaves joined, in key order: (the neighbour's copy, its page).
+            let mut parts = [(false, c), (false, c)];
+            let mut n_parts = 1;
+            if let Some((n_lo, n_hi, n)) = neighbour {
+                // Copied: once both leaves are released, the new leaves may be written to its page.
+                sc.neighbour.copy_from_slice(self.page(n));
+                (first_slot, last_slot) = (lo.min(n_lo), hi.max(n_hi));
+                parts = if n_hi < lo {
+                    [(true, n), (false, c)]
+                } else {
+                    [(false, c), (true, n)]
+                };
+                n_parts = 2;
+            }
+            // The run's entries with their sizes in it, and their slots.
+            sc.entries.clear();
+            let mut walk = RunWalk {
+                depth,
+                key: [0u8; MAX_KEY],
+                key_len: 0,
+            };
+            for (i, &(from_neighbour, id)) in parts[..n_parts].iter().enumerate() {
+                if from_neighbour {
+                    walk.push(id, &sc.neighbour, true, i == 0, &mut sc.entries)?;
+                } else {
+                    walk.push(id, &sc.spliced, false, i == 0, &mut sc.entries)?;
+                }
+            }
+            // The slots' groups, as `pack_sized` forms them; one that overflows a page alone needs
+            // a branch of its own (left to `repack`).
+            let entries = &sc.entries;
+            sc.groups.clear();
+            let mut i = 0;
+            while i < entries.len() {
+                let s = entries[i].slot;
+                // The leaves cover `first_slot..=last_slot` and their keys ascend: a slot out of
+                // that order is a damaged page (and would cut a leaf outside its range).
+                let below = sc
+                    .groups
+                    .last()
+                    .map_or(first_slot, |&(g, _)| entries[g].slot as usize + 1);
+                if (s as usize) < below || s as usize > last_slot {
+                    return Err(StoreError::Corrupt(format!(
                     "leaf page {c} or its neighbour holds keys out of order or out of its slots"
                 )));
-            }
-            let mut j = i;
-            let mut size = 0;
-            while j < entries.len() && entries[j].slot == s {
-                size += entries[j].len as usize;
-                j += 1;
-            }
-            let lead = entries[i].shared as usize;
-            if size + lead > LEAF_CAPACITY {
-                return Ok(false);
-            }
-            sc.groups.push((i, (size, lead)));
-            i = j;
-        }
-        let sizes: Vec<(usize, usize)> = sc.groups.iter().map(|g| g.1).collect();
-        let cuts = split_groups(&sizes);
-        self.release(c);
-        if let Some((_, _, n)) = neighbour {
-            self.release(n);
-        }
-        // The leaves, in order; the key of each entry rebuilt as the walk passes it.
-        for (k, &cut) in cuts.iter().enumerate() {
-            let from = sc.groups[cut].0;
-            let (to, last) = match cuts.get(k + 1) {
-                Some(&next) => {
-                    let to = sc.groups[next].0;
-                    (to, sc.entries[to].slot as usize - 1)
                 }
-                None => (sc.entries.len(), last_slot),
-            };
-            let id = self.alloc()?;
-            let mut w = LeafWriter::new(depth + 1, self.page_mut(id));
-            // A run of entries copied as they are stored: (from the neighbour, bytes, where).
-            let mut run: Option<(bool, usize, usize, usize)> = None;
-            let flush = |w: &mut LeafWriter, run: &mut Option<(bool, usize, usize, usize)>| {
-                if let Some((nb, a, b, at)) = run.take() {
-                    let p: &[u8] = if nb {
+                let mut j = i;
+                let mut size = 0;
+                while j < entries.len() && entries[j].slot == s {
+                    size += entries[j].len as usize;
+                    j += 1;
+                }
+                let lead = entries[i].shared as usize;
+                if size + lead > LEAF_CAPACITY {
+                    return Ok(false);
+                }
+                sc.groups.push((i, (size, lead)));
+                i = j;
+            }
+            let sizes: Vec<(usize, usize)> = sc.groups.iter().map(|g| g.1).collect();
+            let cuts = split_groups(&sizes);
+            self.release(c);
+            if let Some((_, _, n)) = neighbour {
+                self.release(n);
+            }
+            // The leaves, in order; the key of each entry rebuilt as the walk passes it.
+            for (k, &cut) in cuts.iter().enumerate() {
+                let from = sc.groups[cut].0;
+                let (to, last) = match cuts.get(k + 1) {
+                    Some(&next) => {
+                        let to = sc.groups[next].0;
+                        (to, sc.entries[to].slot as usize - 1)
+                    }
+                    None => (sc.entries.len(), last_slot),
+                };
+                let id = self.alloc()?;
+                let mut w = LeafWriter::new(depth + 1, self.page_mut(id));
+                // A run of entries copied as they are stored: (from the neighbour, bytes, where).
+                let mut run: Option<(bool, usize, usize, usize)> = None;
+                let flush = |w: &mut LeafWriter, run: &mut Option<(bool, usize, usize, usize)>| {
+                    if let Some((nb, a, b, at)) = run.take() {
+                        let p: &[u8] = if nb {
+                            &sc.neighbour[..]
+                        } else {
+                            &sc.spliced[..]
+                        };
+                        w.fill(at, &p[a..b]);
+                    }
+                };
+                for x in from..to {
+                    let r = sc.entries[x];
+                    let p: &[u8] = if r.neighbour {
                         &sc.neighbour[..]
                     } else {
                         &sc.spliced[..]
                     };
-                    w.fill(at, &p[a..b]);
-                }
-            };
-            for x in from..to {
-                let r = sc.entries[x];
-                let p: &[u8] = if r.neighbour {
-                    &sc.neighbour[..]
-                } else {
-                    &sc.spliced[..]
-                };
-                // Checked when the run was formed; the key lengths need no second check.
-                let h = if r.neighbour {
-                    entry_header_in(c, &sc.neighbour, r.o, MAX_KEY)?
-                } else {
-                    entry_header_in(c, &sc.spliced, r.o, MAX_KEY)?
-                };
-                h.suffix_into(p, &mut key[h.shared..]);
-                let key_len = h.key_len();
-                let k = &key[..key_len];
-                // The cuts fit every leaf in a page (as `pack_sized`'s do): a miss is a bug.
-                let overflow =
-                    || StoreError::Corrupt(format!("a split of leaf page {c} overflows"));
-                if x == from || r.shared as usize != h.shared {
-                    flush(&mut w, &mut run);
-                    let shared = if x == from { 0 } else { r.shared as usize };
-                    if !w.encode_shared(shared, k, &p[h.at + h.literal..r.end]) {
+                    // Checked when the run was formed; the key lengths need no second check.
+                    let h = if r.neighbour {
+                        entry_header_in(c, &sc.neighbour, r.o, MAX_KEY)?
+                    } else {
+                        entry_header_in(c, &sc.spliced, r.o, MAX_KEY)?
+                    };
+                    h.suffix_into(p, &mut walk.key[h.shared..]);
+                    let key_len = h.key_len();
+                    let k = &walk.key[..key_len];
+                    // The cuts fit every leaf in a page (as `pack_sized`'s do): a miss is a bug.
+                    let overflow =
+                        || StoreError::Corrupt(format!("a split of leaf page {c} overflows"));
+                    if x == from || r.shared as usize != h.shared {
+                        flush(&mut w, &mut run);
+                        let shared = if x == from { 0 } else { r.shared as usize };
+                        if !w.encode_shared(shared, k, &p[h.at + h.literal..r.end]) {
+                            return Err(overflow());
+                        }
+                        continue;
+                    }
+                    let len = r.end - r.o;
+                    if !w.reserve(key_head(k), key_len, h.shared, len) {
                         return Err(overflow());
                     }
-                    continue;
-                }
-                let len = r.end - r.o;
-                if !w.reserve(key_head(k), key_len, h.shared, len) {
-                    return Err(overflow());
-                }
-                match &mut run {
-                    Some((nb, _, b, _)) if *nb == r.neighbour && *b == r.o => *b = r.end,
-                    _ => {
-                        flush(&mut w, &mut run);
-                        run = Some((r.neighbour, r.o, r.end, w.o - len));
+                    match &mut run {
+                        Some((nb, _, b, _)) if *nb == r.neighbour && *b == r.o => *b = r.end,
+                        _ => {
+                            flush(&mut w, &mut run);
+                            run = Some((r.neighbour, r.o, r.end, w.o - len));
+                        }
                     }
                 }
+                flush(&mut w, &mut run);
+                w.finish();
+                new[first_slot..=last].fill(id);
+                first_slot = last + 1;
             }
-            flush(&mut w, &mut run);
-            w.finish();
-            new[first_slot..=last].fill(id);
-            first_slot = last + 1;
-        }
-        self.byte_copy_split_count += 1;
-        Ok(true)
+            self.byte_copy_split_count += 1;
+            Ok(true)
+        })();
+        self.split_scratch = Some(scratch);
+        r
     }
 
     /// Lays out `entries` (slots `lo..=hi` of the branch at `depth` being rewritten, `new`) as
