@@ -197,8 +197,8 @@ enum Node<V> {
     Branch {
         children: Box<Children<V>>,
     },
-    /// Stands in for a node while it is rebuilt in place; never seen outside `insert_child` and
-    /// `remove_slot`.
+    /// Stands in for a node while it is rebuilt in place; never seen outside `Insertion::at_cell`
+    /// and `remove_slot`.
     Hole,
 }
 
@@ -836,14 +836,12 @@ impl<V: TrieValue> Trie<V> {
         loader: &dyn Loader<V>,
         merge: fn(V, V) -> V,
     ) -> Result<(), LoadError> {
-        insert_slot(
-            &mut self.root,
-            &mut Vec::with_capacity(64),
-            path,
-            value,
+        Insertion {
+            pos: Vec::with_capacity(64),
             loader,
             merge,
-        )
+        }
+        .at_slot(&mut self.root, path, value)
     }
 
     /// Removes the value at `path`; returns whether it was present.
@@ -1227,120 +1225,111 @@ fn get_mut_at<'a, V: TrieValue>(
     }
 }
 
-/// Inserts `value` at `path` below `slot`; a value already there becomes `merge(old, value)`.
-fn insert_slot<V: TrieValue>(
-    slot: &mut Option<Child<V>>,
-    pos: &mut Vec<u8>,
-    path: &[u8],
-    value: V,
-    loader: &dyn Loader<V>,
+/// One insertion's walk down the trie ([`Trie::upsert`]): the position reached (the nibbles
+/// from the root), where stored nodes are loaded from, and how a value already at the path
+/// combines with the new one.
+struct Insertion<'l, V> {
+    pos: Vec<u8>,
+    loader: &'l dyn Loader<V>,
     merge: fn(V, V) -> V,
-) -> Result<(), LoadError> {
-    match slot {
-        None => {
-            *slot = Some(new_leaf(path, value));
-            Ok(())
-        }
-        Some(child) => insert_child(child, pos, path, value, loader, merge),
-    }
 }
 
-fn insert_child<V: TrieValue>(
-    child: &mut Child<V>,
-    pos: &mut Vec<u8>,
-    path: &[u8],
-    value: V,
-    loader: &dyn Loader<V>,
-    merge: fn(V, V) -> V,
-) -> Result<(), LoadError> {
-    // A stored node is loaded into a cell on the stack, changed there and then moved into its
-    // `Arc`: making a fresh `Arc` unique is a locked instruction, which waited for the
-    // stores of the just-decoded children to drain (~8% of the block thread's write samples).
-    if let Child::Stored(kind, _) = *child {
-        let mut cell = Cell::loaded_for_write(load_node(pos, kind, loader)?);
-        let result = insert_into_cell(&mut cell, pos, path, value, loader, merge);
-        *child = Child::Mem(Arc::new(cell));
-        return result;
-    }
-    let cell = materialize_for_write(child, pos, loader)?;
-    insert_into_cell(cell, pos, path, value, loader, merge)
-}
-
-/// [`insert_child`] once the node is in a cell of its own, touched.
-fn insert_into_cell<V: TrieValue>(
-    cell: &mut Cell<V>,
-    pos: &mut Vec<u8>,
-    path: &[u8],
-    value: V,
-    loader: &dyn Loader<V>,
-    merge: fn(V, V) -> V,
-) -> Result<(), LoadError> {
-    let node = std::mem::replace(&mut cell.node, placeholder());
-    let mut result = Ok(());
-    // The slot written when the node stays a branch; a node rebuilt into a branch: all.
-    let mut written = ALL_SLOTS;
-    cell.node = match node {
-        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Leaf {
-            path: lp,
-            value: lv,
-        } => {
-            if *lp == *path {
-                Node::Leaf {
-                    path: lp,
-                    value: merge(lv, value),
-                }
-            } else {
-                let c = common_prefix(&lp, path);
-                let mut children: Box<Children<V>> = Default::default();
-                children[lp[c] as usize] = Some(new_leaf(&lp[c + 1..], lv));
-                children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
-                wrap_extension(&path[..c], Node::Branch { children })
+impl<V: TrieValue> Insertion<'_, V> {
+    /// Inserts `value` at `path` below `slot`; a value already there becomes
+    /// `merge(old, value)`.
+    fn at_slot(
+        &mut self,
+        slot: &mut Option<Child<V>>,
+        path: &[u8],
+        value: V,
+    ) -> Result<(), LoadError> {
+        match slot {
+            None => {
+                *slot = Some(new_leaf(path, value));
+                Ok(())
             }
+            Some(child) => self.at_child(child, path, value),
         }
-        Node::Extension {
-            path: ep,
-            mut child,
-        } => {
-            let c = common_prefix(&ep, path);
-            if c == ep.len() {
-                let n = pos.len();
-                pos.extend_from_slice(&ep);
-                result = insert_child(&mut child, pos, &path[c..], value, loader, merge);
-                pos.truncate(n);
-                Node::Extension { path: ep, child }
-            } else {
-                let mut children: Box<Children<V>> = Default::default();
-                let rest = &ep[c + 1..];
-                children[ep[c] as usize] = Some(if rest.is_empty() {
-                    child
+    }
+
+    fn at_child(&mut self, child: &mut Child<V>, path: &[u8], value: V) -> Result<(), LoadError> {
+        // A stored node is loaded into a cell on the stack, changed there and then moved into
+        // its `Arc`: making a fresh `Arc` unique is a locked instruction, which waited for the
+        // stores of the just-decoded children to drain (~8% of the block thread's write
+        // samples).
+        if let Child::Stored(kind, _) = *child {
+            let mut cell = Cell::loaded_for_write(load_node(&self.pos, kind, self.loader)?);
+            let result = self.at_cell(&mut cell, path, value);
+            *child = Child::Mem(Arc::new(cell));
+            return result;
+        }
+        let cell = materialize_for_write(child, &self.pos, self.loader)?;
+        self.at_cell(cell, path, value)
+    }
+
+    /// [`Insertion::at_child`] once the node is in a cell of its own, touched.
+    fn at_cell(&mut self, cell: &mut Cell<V>, path: &[u8], value: V) -> Result<(), LoadError> {
+        let merge = self.merge;
+        let node = std::mem::replace(&mut cell.node, placeholder());
+        let mut result = Ok(());
+        // The slot written when the node stays a branch; a node rebuilt into a branch: all.
+        let mut written = ALL_SLOTS;
+        cell.node = match node {
+            Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+            Node::Leaf {
+                path: lp,
+                value: lv,
+            } => {
+                if *lp == *path {
+                    Node::Leaf {
+                        path: lp,
+                        value: merge(lv, value),
+                    }
                 } else {
-                    Child::Mem(Cell::new(Node::Extension {
-                        path: rest.into(),
-                        child,
-                    }))
-                });
-                children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
-                wrap_extension(&path[..c], Node::Branch { children })
+                    let c = common_prefix(&lp, path);
+                    let mut children: Box<Children<V>> = Default::default();
+                    children[lp[c] as usize] = Some(new_leaf(&lp[c + 1..], lv));
+                    children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
+                    wrap_extension(&path[..c], Node::Branch { children })
+                }
             }
-        }
-        Node::Branch { mut children } => {
-            written = 1 << path[0];
-            pos.push(path[0]);
-            result = insert_slot(
-                &mut children[path[0] as usize],
-                pos,
-                &path[1..],
-                value,
-                loader,
-                merge,
-            );
-            pos.pop();
-            Node::Branch { children }
-        }
-    };
-    cell.written(written);
-    result
+            Node::Extension {
+                path: ep,
+                mut child,
+            } => {
+                let c = common_prefix(&ep, path);
+                if c == ep.len() {
+                    let n = self.pos.len();
+                    self.pos.extend_from_slice(&ep);
+                    result = self.at_child(&mut child, &path[c..], value);
+                    self.pos.truncate(n);
+                    Node::Extension { path: ep, child }
+                } else {
+                    let mut children: Box<Children<V>> = Default::default();
+                    let rest = &ep[c + 1..];
+                    children[ep[c] as usize] = Some(if rest.is_empty() {
+                        child
+                    } else {
+                        Child::Mem(Cell::new(Node::Extension {
+                            path: rest.into(),
+                            child,
+                        }))
+                    });
+                    children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
+                    wrap_extension(&path[..c], Node::Branch { children })
+                }
+            }
+            Node::Branch { mut children } => {
+                written = 1 << path[0];
+                self.pos.push(path[0]);
+                result = self.at_slot(&mut children[path[0] as usize], &path[1..], value);
+                self.pos.pop();
+                Node::Branch { children }
+            }
+        };
+        cell.written(written);
+        result
+    }
 }
 
 fn wrap_extension<V>(prefix: &[u8], branch: Node<V>) -> Node<V> {
@@ -1374,7 +1363,7 @@ fn remove_slot<V: TrieValue>(
     let cell = materialize_for_write(child, pos, loader)?;
     let node = std::mem::replace(&mut cell.node, placeholder());
     let mut result;
-    // As in `insert_child`.
+    // As in `Insertion::at_child`.
     let mut written = ALL_SLOTS;
     cell.node = match node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
@@ -2212,7 +2201,7 @@ mod tests {
     }
 
     /// A stored node loaded to be written starts as one loaded clean and then touched (the
-    /// path `insert_child` took before session 33): no reference, no flag, no dirty slot,
+    /// path an insertion took before session 33): no reference, no flag, no dirty slot,
     /// every slot unpruned; so the roots and the pruning see the same masks either way.
     #[test]
     fn a_node_loaded_for_a_write_is_a_clean_node_touched() {
