@@ -39,11 +39,11 @@ use crate::hash_builder::{root_hash, HashBuilder, OutOfOrder, Root};
 use crate::keccak::{keccak256, B256};
 use crate::rlp;
 use crate::state::{
-    decode_account_record, pack, pad, record_key, AccountWrite, Address, State, WriteLog, Writer,
-    ROOT_ENTRY_KEY,
+    decode_account_record, pack, pad, put_record_key, record_key, AccountWrite, Address, State,
+    WriteLog, Writer, ROOT_ENTRY_KEY,
 };
 use crate::store::Snapshot;
-use crate::store::{CheckReport, CommitLevel, CommitStats, Op, Store, StoreError};
+use crate::store::{Batch, CheckReport, CommitLevel, CommitStats, Store, StoreError};
 use crate::trie::{encode_branch, encode_entry, encode_record, ChildEntry, Lookup, NodeRef};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -193,7 +193,7 @@ fn process_seconds() -> f64 {
 /// What a finalization's store job starts from: the store writes, or the finalized state and
 /// the chain's write logs to build them from.
 enum JobInput {
-    Ops(Vec<Op>),
+    Ops(Vec<Batch>),
     Walk { state: State, logs: Vec<WriteLog> },
 }
 
@@ -590,7 +590,7 @@ impl Db {
                 }
             };
             let t1 = thread_seconds();
-            store.apply(ops)?;
+            store.apply_batches(&ops)?;
             let t2 = thread_seconds();
             let snap = store.working_snapshot(number, root);
             let stats = store.commit(number, root, level)?;
@@ -801,7 +801,7 @@ fn chain_ops(
     state: &State,
     logs: Vec<WriteLog>,
     records_seconds: &mut f64,
-) -> Result<Vec<Op>, DbError> {
+) -> Result<Vec<Batch>, DbError> {
     let logs = &logs[..];
     let trie = state.account_trie();
     // One walk of the changed part of the trie yields the branches' records and the leaves
@@ -809,20 +809,26 @@ fn chain_ops(
     // (a walk per purpose read every changed node's cold cell twice). Two halves of the key
     // space, the second on a thread of its own (not the rayon pool: the block thread's roots
     // would queue behind it there): the walk waits on a cold line per node.
-    let half = |h: usize| -> Result<(Vec<Op>, f64), DbError> {
+    let half = |h: usize| -> Result<(Batch, f64), DbError> {
         let merged = ChainWrites::merge_half(logs, h);
         let t = thread_seconds();
         let mut unstored: Vec<(B256, &AccountLeaf)> = Vec::with_capacity(merged.len());
-        let mut records = Vec::new();
+        // Room for an account's writes and about two branch records an account (the depth-4
+        // and depth-5 branches above most new accounts at 50M accounts).
+        let mut batch = Batch::with_capacity(merged.len() * 5, merged.len() * (300 + 2 * 600));
         trie.take_dirty_half(
             h,
-            |pos, rec| records.push(Op::Put(record_key(None, pos), rec)),
+            |pos, rec| {
+                batch.put_with(
+                    |k| put_record_key(None, pos, k),
+                    |v| v.extend_from_slice(rec),
+                )
+            },
             |path, leaf| unstored.push((pack(path), leaf)),
         );
         let walked = thread_seconds() - t;
-        let mut ops = account_ops(state, merged.all(), &unstored)?;
-        ops.extend(records);
-        Ok((ops, walked))
+        account_ops(state, merged.all(), &unstored, &mut batch)?;
+        Ok((batch, walked))
     };
     let (low, high) = std::thread::scope(|s| {
         let high = s.spawn(|| half(1));
@@ -833,18 +839,16 @@ fn chain_ops(
         (low, high)
     });
     trie.took_both_halves();
-    let (mut ops, walked) = low?;
-    ops.extend(high?.0);
+    let (mut low, walked) = low?;
     *records_seconds += walked;
     match trie.root_entry() {
-        Some(e) => {
-            let mut v = Vec::new();
-            encode_entry(&e, &mut v);
-            ops.push(Op::Put(ROOT_ENTRY_KEY.to_vec(), v));
-        }
-        None => ops.push(Op::Del(ROOT_ENTRY_KEY.to_vec())),
+        Some(e) => low.put_with(
+            |k| k.extend_from_slice(&ROOT_ENTRY_KEY),
+            |v| encode_entry(&e, v),
+        ),
+        None => low.del(&ROOT_ENTRY_KEY),
     }
-    Ok(ops)
+    Ok(vec![low, high?.0])
 }
 
 /// The writes of the accounts in `merged` (`unstored`: the changed leaves, by hashed address).
@@ -852,8 +856,8 @@ fn account_ops<'m>(
     state: &State,
     merged: impl Iterator<Item = (&'m B256, bool, &'m [B256])>,
     unstored: &[(B256, &AccountLeaf)],
-) -> Result<Vec<Op>, DbError> {
-    let mut ops = Vec::with_capacity(unstored.len() * 3);
+    ops: &mut Batch,
+) -> Result<(), DbError> {
     let mut next = 0;
     for (haddr, wiped, slots) in merged {
         while unstored.get(next).is_some_and(|(h, _)| h < haddr) {
@@ -869,7 +873,7 @@ fn account_ops<'m>(
             l.storage.prefetch_root();
         }
         if wiped {
-            ops.push(Op::DelPrefix(haddr.to_vec()));
+            ops.del_prefix(haddr);
         }
         let found = unstored.get(next).filter(|(h, _)| h == haddr);
         let leaf = match found {
@@ -887,22 +891,22 @@ fn account_ops<'m>(
                         )));
                     }
                     if !wiped {
-                        ops.push(Op::DelPrefix(haddr.to_vec()));
+                        ops.del_prefix(haddr);
                     }
                     for d in state.stale_account_positions(haddr) {
-                        ops.push(Op::Del(record_key(None, &crate::trie::nibbles(haddr)[..d])));
+                        let path = crate::trie::nibbles(haddr);
+                        ops.del_with(|k| put_record_key(None, &path[..d], k));
                     }
                     continue;
                 }
             },
         };
-        let mut v = Vec::with_capacity(80);
-        leaf.to_store(&mut v);
-        ops.push(Op::Put(haddr.to_vec(), v));
+        ops.put_with(|k| k.extend_from_slice(haddr), |v| leaf.to_store(v));
         for hslot in slots {
-            let mut k = Vec::with_capacity(64);
-            k.extend_from_slice(haddr);
-            k.extend_from_slice(hslot);
+            let slot_key = |k: &mut Vec<u8>| {
+                k.extend_from_slice(haddr);
+                k.extend_from_slice(hslot);
+            };
             let path = crate::trie::nibbles(hslot);
             let value = match leaf.storage.lookup(&path) {
                 Lookup::Found(v) => v.to_u256(),
@@ -911,19 +915,22 @@ fn account_ops<'m>(
             };
             let t = crate::rlp::trim(&value);
             if t.is_empty() {
-                ops.push(Op::Del(k));
+                ops.del_with(slot_key);
                 for d in leaf.storage.stale_positions(&path) {
-                    ops.push(Op::Del(record_key(Some(haddr), &path[..d])));
+                    ops.del_with(|k| put_record_key(Some(haddr), &path[..d], k));
                 }
             } else {
-                ops.push(Op::Put(k, t.to_vec()));
+                ops.put_with(slot_key, |v| v.extend_from_slice(t));
             }
         }
         leaf.storage.take_dirty(|pos, rec| {
-            ops.push(Op::Put(record_key(Some(haddr), pos), rec));
+            ops.put_with(
+                |k| put_record_key(Some(haddr), pos, k),
+                |v| v.extend_from_slice(rec),
+            );
         });
     }
-    Ok(ops)
+    Ok(())
 }
 
 /// Walks every page of `store` ([`Store::check`]), then streams its records in key order

@@ -291,7 +291,7 @@ mod tests {
         let hash = t.root_hash();
         let mut records = Records::new();
         t.take_dirty(|pos, rec| {
-            records.insert(pos.to_vec(), rec);
+            records.insert(pos.to_vec(), rec.to_vec());
         });
         ((t.root_entry(), hash), records)
     }

@@ -67,12 +67,17 @@ pub const ROOT_ENTRY_KEY: [u8; 33] = {
 /// address) of a storage-trie branch.
 pub fn record_key(owner: Option<&B256>, pos: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(65);
+    put_record_key(owner, pos, &mut k);
+    k
+}
+
+/// [`record_key`] appended to `k`.
+pub fn put_record_key(owner: Option<&B256>, pos: &[u8], k: &mut Vec<u8>) {
     if let Some(o) = owner {
         k.extend_from_slice(o);
     }
     k.extend_from_slice(&pad(pos));
     k.push(pos.len() as u8);
-    k
 }
 
 /// A nibble path packed high nibble first, zero-padded to 32 bytes.

@@ -214,16 +214,153 @@ pub enum Op {
 }
 
 impl Op {
+    #[cfg(test)]
     fn key(&self) -> &[u8] {
+        self.write().key()
+    }
+    #[cfg(test)]
+    fn rank(&self) -> u8 {
+        self.write().rank()
+    }
+    fn write(&self) -> Write<'_> {
         match self {
-            Op::DelPrefix(k) | Op::Del(k) | Op::Put(k, _) => k,
+            Op::DelPrefix(k) => Write::DelPrefix(k),
+            Op::Del(k) => Write::Del(k),
+            Op::Put(k, v) => Write::Put(k, v),
+        }
+    }
+}
+
+/// Writes for [`Store::apply_batches`], their keys and values in one buffer: building a
+/// finalization's ~120,000 writes as [`Op`]s took two allocations each, freed on another
+/// thread, and their sort and page walks read each key behind its own pointer.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    bytes: Vec<u8>,
+    writes: Vec<BatchWrite>,
+}
+
+/// One write of a [`Batch`]: its key at `at` in the buffer, its value (a put's) after it.
+#[derive(Clone, Copy, Debug)]
+struct BatchWrite {
+    at: usize,
+    key_len: u32,
+    value_len: u32,
+    rank: u8,
+}
+
+impl Batch {
+    /// An empty batch with room for `writes` writes of `bytes` bytes of keys and values.
+    pub fn with_capacity(writes: usize, bytes: usize) -> Batch {
+        Batch {
+            bytes: Vec::with_capacity(bytes),
+            writes: Vec::with_capacity(writes),
+        }
+    }
+
+    /// Writes in the batch.
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Puts the value `value` writes into the buffer under the key `key` writes (each
+    /// closure appends its bytes to the vector it is given).
+    pub fn put_with(&mut self, key: impl FnOnce(&mut Vec<u8>), value: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.bytes.len();
+        key(&mut self.bytes);
+        let key_end = self.bytes.len();
+        value(&mut self.bytes);
+        self.push(at, key_end, 2);
+    }
+
+    /// Puts `value` under `key`.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.put_with(|b| b.extend_from_slice(key), |b| b.extend_from_slice(value));
+    }
+
+    /// Deletes the key `key` writes.
+    pub fn del_with(&mut self, key: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.bytes.len();
+        key(&mut self.bytes);
+        let end = self.bytes.len();
+        self.push(at, end, 1);
+    }
+
+    /// Deletes `key`.
+    pub fn del(&mut self, key: &[u8]) {
+        self.del_with(|b| b.extend_from_slice(key));
+    }
+
+    /// Deletes every key that starts with `prefix`.
+    pub fn del_prefix(&mut self, prefix: &[u8]) {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(prefix);
+        let end = self.bytes.len();
+        self.push(at, end, 0);
+    }
+
+    fn push(&mut self, at: usize, key_end: usize, rank: u8) {
+        let end = self.bytes.len();
+        // Lengths past `u32` are refused by `apply_batches` as they are (saturated here).
+        let len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        self.writes.push(BatchWrite {
+            at,
+            key_len: len(key_end - at),
+            value_len: len(end - key_end),
+            rank,
+        });
+    }
+
+    /// The batch's writes as the [`Op`]s they stand for, in order.
+    pub fn to_ops(&self) -> Vec<Op> {
+        self.iter().map(|w| w.to_op()).collect()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Write<'_>> {
+        self.writes.iter().map(|w| {
+            let key = &self.bytes[w.at..][..w.key_len as usize];
+            match w.rank {
+                0 => Write::DelPrefix(key),
+                1 => Write::Del(key),
+                _ => Write::Put(
+                    key,
+                    &self.bytes[w.at + w.key_len as usize..][..w.value_len as usize],
+                ),
+            }
+        })
+    }
+}
+
+/// One write as the page walks see it, borrowed from an [`Op`] or a [`Batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Write<'a> {
+    DelPrefix(&'a [u8]),
+    Del(&'a [u8]),
+    Put(&'a [u8], &'a [u8]),
+}
+
+impl<'a> Write<'a> {
+    fn key(&self) -> &'a [u8] {
+        match *self {
+            Write::DelPrefix(k) | Write::Del(k) | Write::Put(k, _) => k,
         }
     }
     fn rank(&self) -> u8 {
         match self {
-            Op::DelPrefix(_) => 0,
-            Op::Del(_) => 1,
-            Op::Put(..) => 2,
+            Write::DelPrefix(_) => 0,
+            Write::Del(_) => 1,
+            Write::Put(..) => 2,
+        }
+    }
+    fn to_op(self) -> Op {
+        match self {
+            Write::DelPrefix(k) => Op::DelPrefix(k.to_vec()),
+            Write::Del(k) => Op::Del(k.to_vec()),
+            Write::Put(k, v) => Op::Put(k.to_vec(), v.to_vec()),
         }
     }
 }
@@ -1327,7 +1464,7 @@ fn splice_leaf(
     id: u32,
     old: &[u8],
     depth: usize,
-    ops: &[Op],
+    ops: &[Write],
     out: &mut [u8],
 ) -> Result<Option<usize>, StoreError> {
     use std::cmp::Ordering;
@@ -1411,7 +1548,7 @@ fn splice_leaf(
                     break;
                 }
                 Ordering::Less => {
-                    if let Op::Put(_, v) = op {
+                    if let Write::Put(_, v) = op {
                         flush(&mut w, &mut run);
                         if !w.encode_shared(shared_after(last, k, m), k, v) {
                             return Ok(None);
@@ -1435,7 +1572,7 @@ fn splice_leaf(
             Last::Deleted { shared, .. } => shared.min(h.shared),
         };
         match on_entry {
-            Some(Op::Put(k, v)) => {
+            Some(Write::Put(k, v)) => {
                 flush(&mut w, &mut run);
                 if !w.encode_shared(shared, k, v) {
                     return Ok(None);
@@ -1490,7 +1627,7 @@ fn splice_leaf(
     flush(&mut w, &mut run);
     while let Some(op) = ops.next() {
         let k = op.key();
-        if let Op::Put(_, v) = op {
+        if let Write::Put(_, v) = op {
             // Past the last entry: `m` is what this key shares with it.
             if !w.encode_shared(shared_after(last, k, m), k, v) {
                 return Ok(None);
@@ -2445,13 +2582,28 @@ impl View<'_> {
 impl Store {
     /// Applies a batch of writes to the working tree (visible to [`Store::get`] at once, durable
     /// after [`Store::commit`]).
-    pub fn apply(&mut self, mut ops: Vec<Op>) -> Result<(), StoreError> {
-        for op in &ops {
-            let k = op.key().len();
+    pub fn apply(&mut self, ops: Vec<Op>) -> Result<(), StoreError> {
+        self.apply_writes(ops.iter().map(Op::write).collect())
+    }
+
+    /// [`Store::apply`] for the writes of `batches`, taken in order (of two puts of one key,
+    /// the later stands).
+    pub fn apply_batches(&mut self, batches: &[Batch]) -> Result<(), StoreError> {
+        let count = batches.iter().map(Batch::len).sum();
+        let mut writes = Vec::with_capacity(count);
+        for b in batches {
+            writes.extend(b.iter());
+        }
+        self.apply_writes(writes)
+    }
+
+    fn apply_writes(&mut self, mut writes: Vec<Write>) -> Result<(), StoreError> {
+        for w in &writes {
+            let k = w.key().len();
             if k == 0 || k > MAX_KEY {
                 return Err(StoreError::BadKey(k));
             }
-            if let Op::Put(_, v) = op {
+            if let Write::Put(_, v) = w {
                 if v.len() > MAX_VALUE {
                     return Err(StoreError::BadValue(v.len()));
                 }
@@ -2459,8 +2611,8 @@ impl Store {
         }
         // Snapshots dropped since the last commit may have let its freed pages go.
         self.release_limbo();
-        ops.sort_by(|a, b| a.key().cmp(b.key()).then(a.rank().cmp(&b.rank())));
-        self.root_page = self.apply_page(self.root_page, 0, &ops)?;
+        writes.sort_by(|a, b| a.key().cmp(b.key()).then(a.rank().cmp(&b.rank())));
+        self.root_page = self.apply_page(self.root_page, 0, &writes)?;
         Ok(())
     }
 
@@ -2470,7 +2622,7 @@ impl Store {
         self.scratch.take().unwrap_or_default()
     }
 
-    fn apply_page(&mut self, id: u32, depth: usize, ops: &[Op]) -> Result<u32, StoreError> {
+    fn apply_page(&mut self, id: u32, depth: usize, ops: &[Write]) -> Result<u32, StoreError> {
         if ops.is_empty() {
             return Ok(id);
         }
@@ -2483,7 +2635,7 @@ impl Store {
             self.scratch = Some(old);
             return r;
         }
-        if let Op::DelPrefix(p) = &ops[0] {
+        if let Write::DelPrefix(p) = &ops[0] {
             if p.len() <= depth {
                 // Everything under this page starts with `p`.
                 self.release_subtree(id)?;
@@ -2491,7 +2643,7 @@ impl Store {
             }
         }
         // Only deletes shrink a subtree; without them nothing is small enough to merge.
-        let deletes = ops.iter().any(|o| !matches!(o, Op::Put(..)));
+        let deletes = ops.iter().any(|o| !matches!(o, Write::Put(..)));
         let children = self.children(id);
         let mut new = children;
         let mut i = 0;
@@ -2583,8 +2735,8 @@ impl Store {
     /// keys; `None`, and nothing changed, otherwise. A batch puts one to three keys into most
     /// leaves it touches: merging decoded and re-encoded all ~50 entries of each, the largest
     /// cost of the page writes at 50M accounts (session 21).
-    fn splice(&mut self, id: u32, depth: usize, ops: &[Op]) -> Result<Option<u32>, StoreError> {
-        if ops.iter().any(|o| matches!(o, Op::DelPrefix(_)))
+    fn splice(&mut self, id: u32, depth: usize, ops: &[Write]) -> Result<Option<u32>, StoreError> {
+        if ops.iter().any(|o| matches!(o, Write::DelPrefix(_)))
             || ops.windows(2).any(|w| w[0].key() == w[1].key())
         {
             return Ok(None);
@@ -2624,11 +2776,11 @@ impl Store {
     fn split_spliced(
         &mut self,
         leaf: LeafInBranch,
-        ops: &[Op],
+        ops: &[Write],
         new: &mut [u32; FANOUT],
     ) -> Result<bool, StoreError> {
         if !self.byte_copy_splits
-            || ops.iter().any(|o| matches!(o, Op::DelPrefix(_)))
+            || ops.iter().any(|o| matches!(o, Write::DelPrefix(_)))
             || ops.windows(2).any(|w| w[0].key() == w[1].key())
         {
             return Ok(false);
@@ -2955,7 +3107,7 @@ impl Store {
         &mut self,
         id: u32,
         old: &'a mut Decoded,
-        ops: &'a [Op],
+        ops: &'a [Write<'a>],
     ) -> Result<Entries<'a>, StoreError> {
         old.clear();
         if id != 0 {
@@ -2976,16 +3128,16 @@ impl Store {
                 out.pop();
             }
             match op {
-                Op::DelPrefix(p) => {
+                Write::DelPrefix(p) => {
                     while e < entries.len() && entries[e].0.starts_with(p) {
                         e += 1;
                     }
                 }
-                Op::Del(_) | Op::Put(..) => {
+                Write::Del(_) | Write::Put(..) => {
                     if e < entries.len() && entries[e].0 == k {
                         e += 1;
                     }
-                    if let Op::Put(_, v) = op {
+                    if let Write::Put(_, v) = op {
                         out.push((k, v));
                     }
                 }
@@ -3272,6 +3424,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch's ops as the page walks take them.
+    fn writes(ops: &[Op]) -> Vec<Write<'_>> {
+        ops.iter().map(Op::write).collect()
+    }
     use rand::{Rng, SeedableRng};
     use std::collections::{BTreeMap, HashSet};
 
@@ -3970,7 +4127,7 @@ mod tests {
             let merged: Vec<(&[u8], &[u8])> =
                 merged.iter().map(|(k, v)| (&k[..], &v[..])).collect();
             let n = entries_size(&merged);
-            let r = splice_leaf(3, &page, 1, &ops, &mut out).unwrap();
+            let r = splice_leaf(3, &page, 1, &writes(&ops), &mut out).unwrap();
             assert_eq!(r, Some(n), "round {round}");
             encode_leaf(1, &merged, &mut expect).unwrap();
             assert_eq!(
@@ -4027,7 +4184,7 @@ mod tests {
             let merged: Vec<(&[u8], &[u8])> =
                 merged.iter().map(|(k, v)| (&k[..], &v[..])).collect();
             let fits = entries_size(&merged) <= LEAF_CAPACITY;
-            let r = splice_leaf(9, &old, 4, &ops, &mut out).unwrap();
+            let r = splice_leaf(9, &old, 4, &writes(&ops), &mut out).unwrap();
             if fits {
                 encode_leaf(4, &merged, &mut expect).unwrap();
                 let n = entries_size(&merged);
@@ -4058,12 +4215,14 @@ mod tests {
         encode_leaf(2, &[(&k, &v), (&[8u8; 32], &v)], &mut page).unwrap();
         let mut out = vec![0u8; PAGE];
         let ops = [Op::Put([9u8; 32].to_vec(), v.to_vec())];
-        assert!(splice_leaf(5, &page, 2, &ops, &mut out).unwrap().is_some());
+        assert!(splice_leaf(5, &page, 2, &writes(&ops), &mut out)
+            .unwrap()
+            .is_some());
         // The second entry claims more shared bytes than the key before it has.
         let second = LEAF_ENTRIES + 3 + 32 + 40;
         page[second] = 40;
         assert!(matches!(
-            splice_leaf(5, &page, 2, &ops, &mut out),
+            splice_leaf(5, &page, 2, &writes(&ops), &mut out),
             Err(StoreError::Corrupt(_))
         ));
     }
@@ -4653,6 +4812,101 @@ mod tests {
             "{} splits by copying",
             copying.byte_copy_split_count
         );
+    }
+
+    /// Writes given as [`Batch`]es (split over several, in order) leave the store exactly as
+    /// the same writes given as [`Op`]s: page for page after every commit, with prefix
+    /// deletions, deletes, and keys written twice (the later write stands); a batch's writes
+    /// read back as the ops they were built from; a key or value of the wrong length in a
+    /// batch is the error it is as an op, with nothing applied.
+    #[test]
+    fn batches_are_their_ops_applied() {
+        let mut by_ops = Store::open(None).unwrap();
+        let mut by_batches = Store::open(None).unwrap();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(35);
+        let accounts: Vec<[u8; 32]> = (0..300).map(|_| rng.gen()).collect();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut twice = 0;
+        for round in 0..40 {
+            // Unsorted, as a finalization builds them, with repeats.
+            let mut ops = Vec::new();
+            for _ in 0..rng.gen_range(1..1200) {
+                let k = structured_key(&mut rng, &accounts);
+                ops.push(match rng.gen_range(0..20) {
+                    0..=14 => Op::Put(k, structured_value(&mut rng)),
+                    15..=18 => Op::Del(k),
+                    _ => Op::DelPrefix(k[..k.len().min(32)].to_vec()),
+                });
+                if rng.gen_range(0..8) == 0 {
+                    let again = ops.last().expect("just pushed").key().to_vec();
+                    ops.push(Op::Put(again, structured_value(&mut rng)));
+                    twice += 1;
+                }
+            }
+            let cut = rng.gen_range(0..=ops.len());
+            let batches: Vec<Batch> = [&ops[..cut], &ops[cut..]]
+                .iter()
+                .map(|part| {
+                    let mut b = Batch::default();
+                    for op in part.iter() {
+                        match op {
+                            Op::Put(k, v) => b.put(k, v),
+                            Op::Del(k) => b.del(k),
+                            Op::DelPrefix(p) => b.del_prefix(p),
+                        }
+                    }
+                    b
+                })
+                .collect();
+            assert_eq!(
+                [batches[0].to_ops(), batches[1].to_ops()].concat(),
+                ops,
+                "round {round}: a batch holds its ops"
+            );
+            let mut sorted = ops.clone();
+            sorted.sort_by(|a, b| a.key().cmp(b.key()).then(a.rank().cmp(&b.rank())));
+            apply_to_model(&mut model, &sorted);
+            by_ops.apply(ops).unwrap();
+            by_batches.apply_batches(&batches).unwrap();
+            for s in [&mut by_ops, &mut by_batches] {
+                s.commit(round, [0; 32], CommitLevel::None).unwrap();
+            }
+            assert_eq!(by_ops.page_count, by_batches.page_count, "round {round}");
+            for id in 2..by_ops.page_count {
+                assert!(
+                    by_ops.page(id) == by_batches.page(id),
+                    "round {round}: page {id}"
+                );
+            }
+        }
+        assert!(twice > 1000, "{twice} keys written twice");
+        assert_eq!(contents(&by_batches), model);
+        by_batches.check().unwrap();
+        // Wrong lengths: the op's error, and the store unchanged.
+        let before = contents(&by_batches);
+        let mut bad = Batch::default();
+        bad.put(&[1; 32], &[1]);
+        bad.put(&[], &[1]);
+        assert!(matches!(
+            by_batches.apply_batches(&[bad]),
+            Err(StoreError::BadKey(0))
+        ));
+        let mut bad = Batch::default();
+        bad.del(&[2; MAX_KEY + 1]);
+        assert!(matches!(
+            by_batches.apply_batches(&[Batch::default(), bad]),
+            Err(StoreError::BadKey(n)) if n == MAX_KEY + 1
+        ));
+        let mut bad = Batch::default();
+        bad.put_with(
+            |k| k.extend_from_slice(&[3; 32]),
+            |v| v.extend_from_slice(&[7; MAX_VALUE + 1]),
+        );
+        assert!(matches!(
+            by_batches.apply_batches(&[bad]),
+            Err(StoreError::BadValue(n)) if n == MAX_VALUE + 1
+        ));
+        assert_eq!(contents(&by_batches), before);
     }
 
     /// A leaf that holds keys outside the slots its branch gives it (a damaged store) is an

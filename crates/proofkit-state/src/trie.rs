@@ -981,7 +981,7 @@ impl<V: TrieValue> Trie<V> {
 
     /// Visits the branches whose records are not in the store (position, record), and marks
     /// every node as stored; call after the root was computed, then write what it visited.
-    pub fn take_dirty(&self, f: impl FnMut(&[u8], Vec<u8>)) {
+    pub fn take_dirty(&self, f: impl FnMut(&[u8], &[u8])) {
         self.take_dirty_with_leaves(f, |_, _| {});
     }
 
@@ -990,11 +990,12 @@ impl<V: TrieValue> Trie<V> {
     /// changed nodes instead of two (each node's cell is a cold line by then).
     pub fn take_dirty_with_leaves<'a>(
         &'a self,
-        mut records: impl FnMut(&[u8], Vec<u8>),
+        mut records: impl FnMut(&[u8], &[u8]),
         mut leaves: impl FnMut(&[u8], &'a V),
     ) {
         if let Some(r) = &self.root {
-            dirty(r, &mut Vec::with_capacity(64), &mut records, &mut leaves);
+            let mut walk = DirtyWalk::new(&mut records, &mut leaves);
+            walk.child(r);
         }
     }
 
@@ -1006,10 +1007,11 @@ impl<V: TrieValue> Trie<V> {
     pub fn take_dirty_half<'a>(
         &'a self,
         half: usize,
-        mut records: impl FnMut(&[u8], Vec<u8>),
+        mut records: impl FnMut(&[u8], &[u8]),
         mut leaves: impl FnMut(&[u8], &'a V),
     ) {
         let Some(root) = &self.root else { return };
+        let mut walk = DirtyWalk::new(&mut records, &mut leaves);
         let branch = match root {
             Child::Mem(cell) if !cell.has(STORED) => match &cell.node {
                 Node::Branch { children } => Some(children),
@@ -1019,19 +1021,18 @@ impl<V: TrieValue> Trie<V> {
         };
         let Some(children) = branch else {
             if half == 0 {
-                dirty(root, &mut Vec::with_capacity(64), &mut records, &mut leaves);
+                walk.child(root);
             }
             return;
         };
         if half == 0 {
-            records(&[], branch_record(children));
+            walk.record(children);
         }
-        let mut pos = Vec::with_capacity(64);
         for i in half * 8..half * 8 + 8 {
             if let Some(c) = &children[i] {
-                pos.push(i as u8);
-                dirty(c, &mut pos, &mut records, &mut leaves);
-                pos.pop();
+                walk.pos.push(i as u8);
+                walk.child(c);
+                walk.pos.pop();
             }
         }
     }
@@ -1468,24 +1469,30 @@ fn child_entry<V: TrieValue>(child: &Child<V>) -> ChildEntry {
 /// The stored record of a branch: the bytes of [`encode_record`] of its children's
 /// [`child_entry`]s, written straight from the cells (no entries built: an extension's path
 /// is not copied).
+#[cfg(test)]
 fn branch_record<V: TrieValue>(children: &Children<V>) -> Vec<u8> {
     let mut out = Vec::with_capacity(RECORD_CAPACITY);
+    branch_record_into(children, &mut out);
+    out
+}
+
+/// [`branch_record`] appended to `out`.
+fn branch_record_into<V: TrieValue>(children: &Children<V>, out: &mut Vec<u8>) {
     out.extend_from_slice(&presence_bits(children).to_le_bytes());
     for c in children.iter().flatten() {
         match c {
-            Child::Stored(StoredKind::Leaf, r) => put_entry(TAG_LEAF, None, r, &mut out),
-            Child::Stored(StoredKind::Branch, r) => put_entry(TAG_BRANCH, None, r, &mut out),
+            Child::Stored(StoredKind::Leaf, r) => put_entry(TAG_LEAF, None, r, out),
+            Child::Stored(StoredKind::Branch, r) => put_entry(TAG_BRANCH, None, r, out),
             Child::Mem(cell) => match &cell.node {
-                Node::Leaf { .. } => put_entry(TAG_LEAF, None, &node_ref(cell), &mut out),
-                Node::Branch { .. } => put_entry(TAG_BRANCH, None, &node_ref(cell), &mut out),
+                Node::Leaf { .. } => put_entry(TAG_LEAF, None, &node_ref(cell), out),
+                Node::Branch { .. } => put_entry(TAG_BRANCH, None, &node_ref(cell), out),
                 Node::Extension { path, child } => {
-                    put_entry(TAG_EXTENSION, Some(path), &child_ref(child), &mut out)
+                    put_entry(TAG_EXTENSION, Some(path), &child_ref(child), out)
                 }
                 Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
             },
         }
     }
-    out
 }
 
 /// A record's usual size: the bitmap and 16 entries of a 32-byte reference.
@@ -1775,63 +1782,90 @@ fn prune_slots<V: TrieValue>(
     left
 }
 
-fn dirty<'a, V: TrieValue>(
-    child: &'a Child<V>,
-    pos: &mut Vec<u8>,
-    f: &mut dyn FnMut(&[u8], Vec<u8>),
-    leaves: &mut dyn FnMut(&[u8], &'a V),
-) {
-    let Child::Mem(cell) = child else { return };
-    let flags = cell.flags.load(Ordering::Relaxed);
-    if flags & STORED != 0 {
-        return;
+/// The walk of [`Trie::take_dirty_with_leaves`]: the position it is at, the buffer each
+/// record is written into (one for the walk, not one allocation per record), and where the
+/// records and leaves go.
+struct DirtyWalk<'w, 'a, V> {
+    pos: Vec<u8>,
+    record: Vec<u8>,
+    records: &'w mut dyn FnMut(&[u8], &[u8]),
+    leaves: &'w mut dyn FnMut(&[u8], &'a V),
+}
+
+impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
+    fn new(
+        records: &'w mut dyn FnMut(&[u8], &[u8]),
+        leaves: &'w mut dyn FnMut(&[u8], &'a V),
+    ) -> Self {
+        DirtyWalk {
+            pos: Vec::with_capacity(64),
+            record: Vec::with_capacity(RECORD_CAPACITY),
+            records,
+            leaves,
+        }
     }
-    match &cell.node {
-        Node::Leaf { path, value } => {
-            let n = pos.len();
-            pos.extend_from_slice(path);
-            leaves(pos, value);
-            pos.truncate(n);
+
+    /// Hands over the record of the branch at the walk's position.
+    fn record(&mut self, children: &Children<V>) {
+        self.record.clear();
+        branch_record_into(children, &mut self.record);
+        (self.records)(&self.pos, &self.record);
+    }
+
+    fn child(&mut self, child: &'a Child<V>) {
+        let Child::Mem(cell) = child else { return };
+        let flags = cell.flags.load(Ordering::Relaxed);
+        if flags & STORED != 0 {
+            return;
         }
-        Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Extension { path, child } => {
-            let n = pos.len();
-            pos.extend_from_slice(path);
-            dirty(child, pos, f, leaves);
-            pos.truncate(n);
-        }
-        Node::Branch { children } => {
-            // The record reads every child's cell, and the walk then goes down into the
-            // children not stored yet, each first reading its children's box: both asked
-            // for ahead, so that the siblings' misses overlap instead of coming one after
-            // another as the walk goes down.
-            for c in children.iter().flatten() {
-                if let Child::Mem(c) = c {
-                    prefetch_cell(c);
-                }
+        match &cell.node {
+            Node::Leaf { path, value } => {
+                let n = self.pos.len();
+                self.pos.extend_from_slice(path);
+                (self.leaves)(&self.pos, value);
+                self.pos.truncate(n);
             }
-            f(pos, branch_record(children));
-            for c in children.iter().flatten() {
-                if let Child::Mem(c) = c {
-                    if !c.has(STORED) {
-                        prefetch_children_box(c);
+            Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
+            Node::Extension { path, child } => {
+                let n = self.pos.len();
+                self.pos.extend_from_slice(path);
+                self.child(child);
+                self.pos.truncate(n);
+            }
+            Node::Branch { children } => {
+                // The record reads every child's cell, and the walk then goes down into the
+                // children not stored yet, each first reading its children's box: both asked
+                // for ahead, so that the siblings' misses overlap instead of coming one after
+                // another as the walk goes down.
+                for c in children.iter().flatten() {
+                    if let Child::Mem(c) = c {
+                        prefetch_cell(c);
+                    }
+                }
+                self.record(children);
+                for c in children.iter().flatten() {
+                    if let Child::Mem(c) = c {
+                        if !c.has(STORED) {
+                            prefetch_children_box(c);
+                        }
+                    }
+                }
+                for (i, c) in children.iter().enumerate() {
+                    if let Some(c) = c {
+                        self.pos.push(i as u8);
+                        self.child(c);
+                        self.pos.pop();
                     }
                 }
             }
-            for (i, c) in children.iter().enumerate() {
-                if let Some(c) = c {
-                    pos.push(i as u8);
-                    dirty(c, pos, f, leaves);
-                    pos.pop();
-                }
-            }
         }
+        // A store, not a read-modify-write: while the walk runs it is the only writer of the
+        // flags of the cells it visits (the two halves' walks share no cell below the root,
+        // and pruning writes flags only through cells it holds alone), and the locked `or`
+        // drained the store buffer at every node (most of the walk's own time in storage
+        // tries).
+        cell.flags.store(flags | STORED, Ordering::Relaxed);
     }
-    // A store, not a read-modify-write: while the walk runs it is the only writer of the
-    // flags of the cells it visits (the two halves' walks share no cell below the root, and
-    // pruning writes flags only through cells it holds alone), and the locked `or` drained
-    // the store buffer at every node (most of the walk's own time in storage tries).
-    cell.flags.store(flags | STORED, Ordering::Relaxed);
 }
 
 fn node_ref<V: TrieValue>(cell: &Cell<V>) -> NodeRef {
@@ -2644,14 +2678,14 @@ mod tests {
             assert!(u.remove(&keys[17], &NoLoader).unwrap());
             assert_eq!(u.root_hash(), t.root_hash());
             let mut records = Vec::new();
-            u.take_dirty(|p, r| records.push((p.to_vec(), r)));
+            u.take_dirty(|p, r| records.push((p.to_vec(), r.to_vec())));
             records
         };
         let (mut taken, mut records) = (Vec::new(), Vec::new());
         for half in [0, 1] {
             t.take_dirty_half(
                 half,
-                |p, r| records.push((p.to_vec(), r)),
+                |p, r| records.push((p.to_vec(), r.to_vec())),
                 |p, r| taken.push((p.to_vec(), r.0.clone())),
             );
         }
@@ -2777,7 +2811,7 @@ mod tests {
                 // must reach them again once a later round stores them.
                 if round % 4 != 3 {
                     paged.take_dirty(|pos, rec| {
-                        store.records.insert(pos.to_vec(), rec);
+                        store.records.insert(pos.to_vec(), rec.to_vec());
                     });
                 }
                 // In place (the unpruned-slot masks choose the children it visits), leaving
