@@ -240,12 +240,13 @@ pub struct Batch {
     writes: Vec<BatchWrite>,
 }
 
-/// One write of a [`Batch`]: its key at `at` in the buffer, its value (a put's) after it.
+/// One write of a [`Batch`]: its key at `at..key_end` in the buffer, its value (a put's) at
+/// `key_end..end`.
 #[derive(Clone, Copy, Debug)]
 struct BatchWrite {
     at: usize,
-    key_len: u32,
-    value_len: u32,
+    key_end: usize,
+    end: usize,
     rank: u8,
 }
 
@@ -304,13 +305,10 @@ impl Batch {
     }
 
     fn push(&mut self, at: usize, key_end: usize, rank: u8) {
-        let end = self.bytes.len();
-        // Lengths past `u32` are refused by `apply_batches` as they are (saturated here).
-        let len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         self.writes.push(BatchWrite {
             at,
-            key_len: len(key_end - at),
-            value_len: len(end - key_end),
+            key_end,
+            end: self.bytes.len(),
             rank,
         });
     }
@@ -322,14 +320,11 @@ impl Batch {
 
     fn iter(&self) -> impl Iterator<Item = Write<'_>> {
         self.writes.iter().map(|w| {
-            let key = &self.bytes[w.at..][..w.key_len as usize];
+            let key = &self.bytes[w.at..w.key_end];
             match w.rank {
                 0 => Write::DelPrefix(key),
                 1 => Write::Del(key),
-                _ => Write::Put(
-                    key,
-                    &self.bytes[w.at + w.key_len as usize..][..w.value_len as usize],
-                ),
+                _ => Write::Put(key, &self.bytes[w.key_end..w.end]),
             }
         })
     }
