@@ -893,8 +893,8 @@ fn account_ops<'m>(
                     if !wiped {
                         ops.del_prefix(haddr);
                     }
+                    let path = crate::trie::nibbles(haddr);
                     for d in state.stale_account_positions(haddr) {
-                        let path = crate::trie::nibbles(haddr);
                         ops.del_with(|k| put_record_key(None, &path[..d], k));
                     }
                     continue;

@@ -1028,13 +1028,7 @@ impl<V: TrieValue> Trie<V> {
         if half == 0 {
             walk.record(children);
         }
-        for i in half * 8..half * 8 + 8 {
-            if let Some(c) = &children[i] {
-                walk.pos.push(i as u8);
-                walk.child(c);
-                walk.pos.pop();
-            }
-        }
+        walk.children(children, half * 8..half * 8 + 8);
     }
 
     /// Marks the root stored after [`Trie::take_dirty_half`] walked both halves.
@@ -1812,6 +1806,17 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         (self.records)(&self.pos, &self.record);
     }
 
+    /// Walks the children of the branch at the walk's position in `slots`.
+    fn children(&mut self, children: &'a Children<V>, slots: std::ops::Range<usize>) {
+        for i in slots {
+            if let Some(c) = &children[i] {
+                self.pos.push(i as u8);
+                self.child(c);
+                self.pos.pop();
+            }
+        }
+    }
+
     fn child(&mut self, child: &'a Child<V>) {
         let Child::Mem(cell) = child else { return };
         let flags = cell.flags.load(Ordering::Relaxed);
@@ -1850,13 +1855,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
                         }
                     }
                 }
-                for (i, c) in children.iter().enumerate() {
-                    if let Some(c) = c {
-                        self.pos.push(i as u8);
-                        self.child(c);
-                        self.pos.pop();
-                    }
-                }
+                self.children(children, 0..16);
             }
         }
         // A store, not a read-modify-write: while the walk runs it is the only writer of the
