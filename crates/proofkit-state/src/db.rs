@@ -39,8 +39,8 @@ use crate::hash_builder::{root_hash, HashBuilder, OutOfOrder, Root};
 use crate::keccak::{keccak256, B256};
 use crate::rlp;
 use crate::state::{
-    decode_account_record, pack, pad, put_record_key, record_key, AccountWrite, Address, State,
-    WriteLog, Writer, ROOT_ENTRY_KEY,
+    decode_account_record, pack, put_record_key, record_key, record_position, AccountWrite,
+    Address, State, WriteLog, Writer, RECORDLESS_DEPTH, ROOT_ENTRY_KEY,
 };
 use crate::store::Snapshot;
 use crate::store::{Batch, CheckReport, CommitLevel, CommitStats, Store, StoreError};
@@ -260,6 +260,17 @@ impl Db {
     pub fn open(dir: Option<&Path>, options: DbOptions) -> Result<Db, DbError> {
         let store = Store::open_reserving(dir, options.memory_reserve)?;
         let meta = store.meta();
+        if meta.version < crate::store::VERSION && meta.root_page != 0 {
+            return Err(DbError::Store(crate::store::StoreError::NotAStore(
+                format!(
+                    "a database of store format version {}: it keeps a record for each depth-4 \
+                 branch of the account trie, which version {} leaves out and rebuilds from the \
+                 branch's children (rebuild the database from its source)",
+                    meta.version,
+                    crate::store::VERSION
+                ),
+            )));
+        }
         if options.verify_on_open {
             verify(&store)?;
         }
@@ -818,6 +829,7 @@ fn chain_ops(
         let mut batch = Batch::with_capacity(merged.len() * 5, merged.len() * (300 + 2 * 600));
         trie.take_dirty_half(
             h,
+            Some(RECORDLESS_DEPTH),
             |pos, rec| {
                 batch.put_with(
                     |k| put_record_key(None, pos, k),
@@ -895,7 +907,9 @@ fn account_ops<'m>(
                     }
                     let path = crate::trie::nibbles(haddr);
                     for d in state.stale_account_positions(haddr) {
-                        ops.del_with(|k| put_record_key(None, &path[..d], k));
+                        if d != RECORDLESS_DEPTH {
+                            ops.del_with(|k| put_record_key(None, &path[..d], k));
+                        }
                     }
                     continue;
                 }
@@ -1206,7 +1220,10 @@ fn match_record(
     pos: &[u8],
     record: Vec<u8>,
 ) -> Result<(), DbError> {
-    if stored.remove(pos).as_ref() != Some(&record) {
+    // An account-trie branch at the recordless depth has none: one stored there is stale
+    // (found by the range below, which starts at its own position).
+    let recordless = owner.is_none() && pos.len() == RECORDLESS_DEPTH;
+    if !recordless && stored.remove(pos).as_ref() != Some(&record) {
         return Err(DbError::CorruptRecord(format!(
             "trie node record {} differs from the rebuilt trie",
             hex::encode(record_key(owner, pos))
@@ -1226,26 +1243,6 @@ fn stale_record(owner: Option<&B256>, pos: &[u8]) -> DbError {
         "trie node record {} is not a node of the rebuilt trie",
         hex::encode(record_key(owner, pos))
     ))
-}
-
-/// The nibble path of a record key's last 33 bytes `pad(p) ++ [len(p)]`; `None` unless the
-/// nibbles after `p` are zero.
-fn record_position(k: &[u8]) -> Option<Vec<u8>> {
-    let (&len, padded) = k.split_last()?;
-    let len = len as usize;
-    if len > 64 {
-        return None;
-    }
-    let pos: Vec<u8> = (0..len)
-        .map(|i| {
-            if i % 2 == 0 {
-                padded[i / 2] >> 4
-            } else {
-                padded[i / 2] & 15
-            }
-        })
-        .collect();
-    (pad(&pos)[..] == *padded).then_some(pos)
 }
 
 #[cfg(test)]

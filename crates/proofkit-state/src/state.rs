@@ -25,8 +25,8 @@ use crate::account::{Account, AccountLeaf, StorageValue, U256};
 use crate::keccak::{keccak256, keccak256_many, B256};
 use crate::store::Snapshot;
 use crate::trie::{
-    decode_entry, decode_record_children, nibbles, Child, ChildEntry, LoadError, LoadedNode,
-    Loader, Lookup, NoLoader, StoredKind, Trie,
+    decode_entry, decode_record_children, entry_child, loaded_ref, nibbles, Child, ChildEntry,
+    Children, LoadError, LoadedNode, Loader, Lookup, NoLoader, StoredKind, Trie,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -55,6 +55,15 @@ impl From<crate::store::StoreError> for StateError {
         StateError::Store(e.to_string())
     }
 }
+
+/// The depth (in nibbles) of the account-trie branches that have no record in the store: a
+/// load rebuilds one from what lies at its sixteen children's positions (a branch's record, or
+/// an account). At 50M accounts these are the 65,536 branches above the ~1M the bench keeps in
+/// memory, a third of them changed by each finalization, each in a page of its own: their
+/// records were about a fifth of the pages a finalization wrote. A load of one costs sixteen
+/// store lookups and hashes, and only opening, proofs and checks load them (memory keeps the
+/// top five levels by default).
+pub const RECORDLESS_DEPTH: usize = 4;
 
 /// The key of the account trie's root entry.
 pub const ROOT_ENTRY_KEY: [u8; 33] = {
@@ -159,21 +168,115 @@ fn find_leaf(
     found.ok_or_else(|| LoadError::new(pos, "leaf record missing"))
 }
 
+/// The account-trie leaf of account record `(k, v)` at position `pos`.
+fn account_leaf(pos: &[u8], k: &[u8], v: &[u8]) -> Result<LoadedNode<AccountLeaf>, LoadError> {
+    let (account, entry) =
+        decode_account_record(v).ok_or_else(|| LoadError::new(pos, "bad account record"))?;
+    let haddr: &B256 = k
+        .try_into()
+        .map_err(|_| LoadError::new(pos, "an account key not of 32 bytes"))?;
+    Ok(LoadedNode::Leaf {
+        path: nibbles(haddr)[pos.len()..].into(),
+        value: AccountLeaf {
+            account,
+            storage: Trie::from_entry(entry.as_ref()),
+        },
+    })
+}
+
+/// The account-trie branch at `pos` (of [`RECORDLESS_DEPTH`] nibbles), which has no record:
+/// rebuilt from its children's positions.
+fn rebuild_branch(snap: &Snapshot, pos: &[u8]) -> Result<LoadedNode<AccountLeaf>, LoadError> {
+    let mut children: Box<Children<AccountLeaf>> = Default::default();
+    let mut at = pos.to_vec();
+    at.push(0);
+    for i in 0..16u8 {
+        at[pos.len()] = i;
+        children[i as usize] = child_entry_at(snap, &at)?.map(|e| entry_child(&e));
+    }
+    if children.iter().flatten().count() < 2 {
+        return Err(LoadError::new(
+            pos,
+            "a branch without a record has under two children",
+        ));
+    }
+    Ok(LoadedNode::Branch { children })
+}
+
+/// What a parent's record would say of the account-trie node at `pos`: the first key under
+/// `pos` is the record of the branch the keys there share (records sort before the accounts
+/// under their position, and the branch's before those of the branches below it), or the
+/// only account there; nothing when no key starts with `pos`.
+fn child_entry_at(snap: &Snapshot, pos: &[u8]) -> Result<Option<ChildEntry>, LoadError> {
+    let bad = |what: &str| LoadError::new(pos, what.to_string());
+    let mut first = None;
+    snap.scan_from(&pad(pos), |k, v| {
+        if !starts_with_nibbles(k, pos) {
+            return false;
+        }
+        if k.len() == 33 && (k == ROOT_ENTRY_KEY || usize::from(k[32]) < pos.len()) {
+            // The root entry or the record of a branch above `pos`: zero-padded, they sort
+            // among the keys of the positions below them whose nibbles are all zero.
+            return true;
+        }
+        first = Some((k.to_vec(), v.to_vec()));
+        false
+    })
+    .map_err(|e| LoadError::new(pos, e.to_string()))?;
+    let Some((k, v)) = first else { return Ok(None) };
+    match k.len() {
+        32 => Ok(Some(ChildEntry::Leaf(loaded_ref(account_leaf(
+            pos, &k, &v,
+        )?)))),
+        33 => {
+            let at = record_position(&k).ok_or_else(|| bad("a bad record key"))?;
+            let children = decode_record_children(&v, 64usize.saturating_sub(at.len() + 2))
+                .ok_or_else(|| bad("a bad branch record"))?;
+            let r = loaded_ref::<AccountLeaf>(LoadedNode::Branch { children });
+            // The scan passed the records above `pos`, so `at` extends it.
+            let below = at
+                .get(pos.len()..)
+                .ok_or_else(|| bad("a record above its position"))?;
+            Ok(Some(if below.is_empty() {
+                ChildEntry::Branch(r)
+            } else {
+                ChildEntry::Extension(below.into(), r)
+            }))
+        }
+        _ => Err(bad(
+            "a key of the wrong length under an account-trie position",
+        )),
+    }
+}
+
+/// The nibble path of a record key's last 33 bytes `pad(p) ++ [len(p)]`; `None` unless the
+/// nibbles after `p` are zero.
+pub fn record_position(k: &[u8]) -> Option<Vec<u8>> {
+    let (&len, padded) = k.split_last()?;
+    let len = len as usize;
+    if len > 64 {
+        return None;
+    }
+    let pos: Vec<u8> = (0..len)
+        .map(|i| {
+            if i % 2 == 0 {
+                padded[i / 2] >> 4
+            } else {
+                padded[i / 2] & 15
+            }
+        })
+        .collect();
+    (pad(&pos)[..] == *padded).then_some(pos)
+}
+
 impl Loader<AccountLeaf> for AccountLoader<'_> {
     fn load(&self, pos: &[u8], kind: StoredKind) -> Result<LoadedNode<AccountLeaf>, LoadError> {
         match kind {
+            StoredKind::Branch if pos.len() == RECORDLESS_DEPTH => rebuild_branch(self.0, pos),
             StoredKind::Branch => load_branch(self.0, None, pos),
             StoredKind::Leaf => {
                 let (k, v) = find_leaf(self.0, None, pos)?;
-                let (account, entry) = decode_account_record(&v)
-                    .ok_or_else(|| LoadError::new(pos, "bad account record"))?;
-                Ok(LoadedNode::Leaf {
-                    path: nibbles(&k.try_into().expect("a 32-byte key"))[pos.len()..].into(),
-                    value: AccountLeaf {
-                        account,
-                        storage: Trie::from_entry(entry.as_ref()),
-                    },
-                })
+                account_leaf(pos, &k, &v)
             }
         }
     }
@@ -589,6 +692,8 @@ impl State {
                 continue;
             };
             keys.push(match kind {
+                // No record there: its children's keys lie from here on.
+                StoredKind::Branch if depth == RECORDLESS_DEPTH => pad(&path[..depth]).to_vec(),
                 StoredKind::Branch => record_key(None, &path[..depth]),
                 StoredKind::Leaf => pad(&path[..depth]).to_vec(),
             });

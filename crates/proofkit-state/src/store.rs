@@ -5,7 +5,7 @@
 //! File layout (all integers little-endian):
 //! ```text
 //! page 0, page 1: meta (written alternately; the valid one with the higher generation wins)
-//!   0..8    magic "PKSTATE\0"      8..12  version = 4      12..16 page size = 4096
+//!   0..8    magic "PKSTATE\0"      8..12  version = 5      12..16 page size = 4096
 //!   16..24  generation             24..32 block number     32..64 state root
 //!   64..68  root page (0 = empty)  68..72 page count (high-water mark)
 //!   72..76  first free-list page (0 = none)                76..80 free pages listed
@@ -41,7 +41,12 @@
 //! it: restarts are chosen among entries that already share fewer than eight bytes (an account's
 //! key after the keys of the account before it), so the table's 96 bytes are all it costs.
 //! A version-3 store (no tables) is read as it is, and its leaves gain tables as they are
-//! rewritten; its meta page says version 4 from its next commit on.
+//! rewritten; its meta page says the current version from its next commit on.
+//!
+//! Version 5 writes the pages of version 4; it marks a change of the layout above the store
+//! (the account trie's depth-4 branches lose their records, `state::RECORDLESS_DEPTH`), so that
+//! `Db::open` can refuse a database a version-4 build wrote instead of reporting its records
+//! stale.
 //!
 //! Copy-on-write: a change never writes a page a committed root still in use can reach; changed
 //! pages are written to pages from the free list or past the high-water mark, and the old ones are
@@ -73,9 +78,11 @@ use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 const MAGIC: [u8; 8] = *b"PKSTATE\0";
-/// The store format written; version 3 (leaves without restart tables) is read too, version 2
-/// (keys in full in leaf pages) is refused at open.
-const VERSION: u32 = 4;
+/// The store format written; versions 3 (leaves without restart tables) and 4 are read too,
+/// version 2 (keys in full in leaf pages) is refused at open. Version 5 pages are version 4's:
+/// the number marks the state layer's layout (no records for the account trie's depth-4
+/// branches, `state::RECORDLESS_DEPTH`), which `Db::open` asks for.
+pub const VERSION: u32 = 5;
 const OLDEST_READ_VERSION: u32 = 3;
 const BRANCH: u8 = 1;
 const LEAF: u8 = 2;
@@ -136,6 +143,9 @@ pub enum StoreError {
 /// The durable header of the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
+    /// The format version the meta page was written with ([`VERSION`] once committed by this
+    /// build).
+    pub version: u32,
     pub generation: u64,
     pub block_number: u64,
     pub state_root: B256,
@@ -149,6 +159,7 @@ pub struct Meta {
 impl Meta {
     fn empty() -> Meta {
         Meta {
+            version: VERSION,
             generation: 0,
             block_number: 0,
             state_root: EMPTY_ROOT,
@@ -193,6 +204,7 @@ impl Meta {
             )));
         }
         Ok(Some(Meta {
+            version: u32_at(8),
             generation: u64_at(16),
             block_number: u64_at(24),
             state_root: page[32..64].try_into().expect("32 bytes"),
@@ -3335,6 +3347,7 @@ impl Store {
             self.pages.flush(2, self.page_count)?;
         }
         let meta = Meta {
+            version: VERSION,
             generation,
             block_number,
             state_root,
@@ -4528,14 +4541,14 @@ mod tests {
         let msg = err.to_string();
         assert!(matches!(err, StoreError::NotAStore(_)), "{msg}");
         assert!(
-            msg.contains("version 2") && msg.contains("reads versions 3 to 4"),
+            msg.contains("version 2") && msg.contains("reads versions 3 to 5"),
             "{msg}"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A version-3 store (leaves without restart tables, as session 7's 50,000-block run wrote
-    /// it) reads the same; writing to it gives rewritten leaves tables and the meta version 4;
+    /// it) reads the same; writing to it gives rewritten leaves tables and the current meta version;
     /// `check` finds a restart table that names the wrong entry, and reads of that leaf give
     /// values or errors, never a panic.
     #[test]

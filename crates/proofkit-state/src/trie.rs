@@ -1003,15 +1003,18 @@ impl<V: TrieValue> Trie<V> {
     /// first nibble is below 8, with the root's own record; 1: the rest), so that two threads
     /// can walk the two halves together (the walk waits on a cold line per node). The root is
     /// marked stored by [`Trie::took_both_halves`], once both are done. A root that is not a
-    /// branch is walked whole by half 0.
+    /// branch is walked whole by half 0. Branches at depth `recordless` are walked and marked
+    /// stored without a record (the store rebuilds them from their children's).
     pub fn take_dirty_half<'a>(
         &'a self,
         half: usize,
+        recordless: Option<usize>,
         mut records: impl FnMut(&[u8], &[u8]),
         mut leaves: impl FnMut(&[u8], &'a V),
     ) {
         let Some(root) = &self.root else { return };
         let mut walk = DirtyWalk::new(&mut records, &mut leaves);
+        walk.recordless = recordless.unwrap_or(usize::MAX);
         let branch = match root {
             Child::Mem(cell) if !cell.has(STORED) => match &cell.node {
                 Node::Branch { children } => Some(children),
@@ -1782,6 +1785,8 @@ fn prune_slots<V: TrieValue>(
 struct DirtyWalk<'w, 'a, V> {
     pos: Vec<u8>,
     record: Vec<u8>,
+    /// The depth whose branches get no record (`usize::MAX`: none).
+    recordless: usize,
     records: &'w mut dyn FnMut(&[u8], &[u8]),
     leaves: &'w mut dyn FnMut(&[u8], &'a V),
 }
@@ -1794,6 +1799,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         DirtyWalk {
             pos: Vec::with_capacity(64),
             record: Vec::with_capacity(RECORD_CAPACITY),
+            recordless: usize::MAX,
             records,
             leaves,
         }
@@ -1801,6 +1807,9 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
 
     /// Hands over the record of the branch at the walk's position.
     fn record(&mut self, children: &Children<V>) {
+        if self.pos.len() == self.recordless {
+            return;
+        }
         self.record.clear();
         branch_record_into(children, &mut self.record);
         (self.records)(&self.pos, &self.record);
@@ -1865,6 +1874,15 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         // tries).
         cell.flags.store(flags | STORED, Ordering::Relaxed);
     }
+}
+
+/// The reference of a node as a [`Loader`] gives it (its children's references are those of
+/// the loaded entries).
+pub fn loaded_ref<V: TrieValue>(node: LoadedNode<V>) -> NodeRef {
+    node_ref(&Cell::new(match node {
+        LoadedNode::Leaf { path, value } => Node::Leaf { path, value },
+        LoadedNode::Branch { children } => Node::Branch { children },
+    }))
 }
 
 fn node_ref<V: TrieValue>(cell: &Cell<V>) -> NodeRef {
@@ -2684,6 +2702,7 @@ mod tests {
         for half in [0, 1] {
             t.take_dirty_half(
                 half,
+                None,
                 |p, r| records.push((p.to_vec(), r.to_vec())),
                 |p, r| taken.push((p.to_vec(), r.0.clone())),
             );

@@ -2,7 +2,7 @@
 //! the database's back, one damage at a time: each must be reported, with the error kind the
 //! damage calls for, and the undamaged store must pass.
 
-use proofkit_state::state::{pad, record_key, ROOT_ENTRY_KEY};
+use proofkit_state::state::{pad, record_key, RECORDLESS_DEPTH, ROOT_ENTRY_KEY};
 use proofkit_state::store::{Op, Store};
 use proofkit_state::{u256, Account, CommitLevel, Db, DbError, DbOptions, B256};
 use std::path::{Path, PathBuf};
@@ -143,6 +143,19 @@ fn every_damaged_record_is_reported() {
             "is not a node of the rebuilt trie",
         ),
         (
+            "a record at the depth whose branches have none (state::RECORDLESS_DEPTH), above a \
+             stored account",
+            Box::new({
+                let a = account.clone();
+                move || {
+                    let nibbles: Vec<u8> = a[..2].iter().flat_map(|b| [b >> 4, b & 15]).collect();
+                    let k = record_key(None, &nibbles[..RECORDLESS_DEPTH]);
+                    (vec![Op::Put(k, vec![3, 0, 0, 1, 1, 0, 1, 1])], None)
+                }
+            }),
+            "is not a node of the rebuilt trie",
+        ),
+        (
             "a record key with a non-zero padding",
             Box::new(|| {
                 let mut k = pad(&[1, 2, 3]).to_vec();
@@ -252,5 +265,38 @@ fn a_store_of_one_account_is_checked_whole() {
         None,
     );
     assert!(verify_error(&d).to_string().contains("root entry"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A database that a version-4 build wrote (with a record for each depth-4 branch of the account
+/// trie, which version 5 leaves out) is refused at open with both versions named, instead of
+/// being opened and its records reported stale; the store itself still reads it.
+#[test]
+fn a_database_of_store_version_4_is_refused_at_open() {
+    let d = dir("v4");
+    build(&d);
+    let file = d.join("state.pk");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mut patched = 0;
+    for m in 0..2 {
+        let page = &mut bytes[m * 4096..(m + 1) * 4096];
+        if page[0..8] == *b"PKSTATE\0" {
+            page[8..12].copy_from_slice(&4u32.to_le_bytes());
+            let sum = proofkit_state::keccak256(&page[0..80]);
+            page[80..112].copy_from_slice(&sum);
+            patched += 1;
+        }
+    }
+    assert!(patched > 0);
+    std::fs::write(&file, &bytes).unwrap();
+    let e = Db::open(Some(&d), DbOptions::default())
+        .err()
+        .expect("a version-4 database refused")
+        .to_string();
+    assert!(
+        e.contains("store format version 4") && e.contains("version 5"),
+        "{e}"
+    );
+    assert_eq!(Store::open(Some(&d)).unwrap().meta().version, 4);
     let _ = std::fs::remove_dir_all(&d);
 }
