@@ -68,7 +68,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     rows: u64,
     /// Nibbles of the account trie kept in memory (0-64); the rest stays in the page store
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u8).range(0..=64))]
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(0..=64))]
     cached_levels: u8,
     /// Finalize on the calling thread instead of applying each store commit on a thread of
     /// its own beside the next blocks (the default, pipelined)
@@ -385,7 +385,7 @@ pub fn main_bench(json: bool) -> CliResult {
         finality_lag: 0,
         finalize_every: 32,
         rows: 3,
-        cached_levels: 5,
+        cached_levels: 6,
         no_pipeline: false,
         keep_parent_states: false,
         keep: false,

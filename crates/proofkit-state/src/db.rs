@@ -40,7 +40,7 @@ use crate::keccak::{keccak256, B256};
 use crate::rlp;
 use crate::state::{
     decode_account_record, pack, put_record_key, record_key, record_position, AccountWrite,
-    Address, State, WriteLog, Writer, RECORDLESS_DEPTH, ROOT_ENTRY_KEY,
+    Address, State, WriteLog, Writer, RECORDLESS_DEPTHS, ROOT_ENTRY_KEY,
 };
 use crate::store::Snapshot;
 use crate::store::{Batch, CheckReport, CommitLevel, CommitStats, Store, StoreError};
@@ -82,7 +82,10 @@ pub struct DbOptions {
     /// memory is only used as pages are written).
     pub memory_reserve: usize,
     /// Nibbles of the account trie kept in memory above the page store after finalization
-    /// (5: about a million nodes; the rest is loaded from the store when written through).
+    /// (6: the ~1M depth-5 branches at 50M accounts and their children's references; the rest
+    /// is loaded from the store when written through). The depths of
+    /// [`crate::state::RECORDLESS_DEPTHS`] have no records: with fewer levels a write through
+    /// one of them rebuilds it from its children (sixteen lookups or more).
     pub cached_levels: usize,
     /// Verify the whole store when opening it (as [`Db::check`]: every record read, the root
     /// recomputed, every stored trie node compared); linear in the state's size.
@@ -114,7 +117,7 @@ impl Default for DbOptions {
             commit_level: CommitLevel::FlushDataAndRoot,
             history: 0,
             memory_reserve: 0,
-            cached_levels: 5,
+            cached_levels: 6,
             verify_on_open: true,
             pipeline: false,
             keep_parent_states: true,
@@ -263,9 +266,9 @@ impl Db {
         if meta.version < crate::store::VERSION && meta.root_page != 0 {
             return Err(DbError::Store(crate::store::StoreError::NotAStore(
                 format!(
-                    "a database of store format version {}: it keeps a record for each depth-4 \
-                 branch of the account trie, which version {} leaves out and rebuilds from the \
-                 branch's children (rebuild the database from its source)",
+                    "a database of store format version {}: it keeps records of account-trie \
+                 branches that version {} leaves out and rebuilds from their children (those \
+                 at depths 4 and 5); rebuild the database from its source",
                     meta.version,
                     crate::store::VERSION
                 ),
@@ -829,7 +832,7 @@ fn chain_ops(
         let mut batch = Batch::with_capacity(merged.len() * 5, merged.len() * (300 + 2 * 600));
         trie.take_dirty_half(
             h,
-            Some(RECORDLESS_DEPTH),
+            RECORDLESS_DEPTHS,
             |pos, rec| {
                 batch.put_with(
                     |k| put_record_key(None, pos, k),
@@ -907,7 +910,7 @@ fn account_ops<'m>(
                     }
                     let path = crate::trie::nibbles(haddr);
                     for d in state.stale_account_positions(haddr) {
-                        if d != RECORDLESS_DEPTH {
+                        if !RECORDLESS_DEPTHS.contains(&d) {
                             ops.del_with(|k| put_record_key(None, &path[..d], k));
                         }
                     }
@@ -1220,9 +1223,9 @@ fn match_record(
     pos: &[u8],
     record: Vec<u8>,
 ) -> Result<(), DbError> {
-    // An account-trie branch at the recordless depth has none: one stored there is stale
+    // An account-trie branch at a recordless depth has none: one stored there is stale
     // (found by the range below, which starts at its own position).
-    let recordless = owner.is_none() && pos.len() == RECORDLESS_DEPTH;
+    let recordless = owner.is_none() && RECORDLESS_DEPTHS.contains(&pos.len());
     if !recordless && stored.remove(pos).as_ref() != Some(&record) {
         return Err(DbError::CorruptRecord(format!(
             "trie node record {} differs from the rebuilt trie",

@@ -56,14 +56,21 @@ impl From<crate::store::StoreError> for StateError {
     }
 }
 
-/// The depth (in nibbles) of the account-trie branches that have no record in the store: a
-/// load rebuilds one from what lies at its sixteen children's positions (a branch's record, or
-/// an account). At 50M accounts these are the 65,536 branches above the ~1M the bench keeps in
-/// memory, a third of them changed by each finalization, each in a page of its own: their
-/// records were about a fifth of the pages a finalization wrote. A load of one costs sixteen
-/// store lookups and hashes, and only opening, proofs and checks load them (memory keeps the
-/// top five levels by default).
-pub const RECORDLESS_DEPTH: usize = 4;
+/// The depths (in nibbles) of the account-trie branches that have no record in the store: a
+/// load rebuilds one from what lies at its sixteen children's positions (a branch's record, an
+/// account, or, below a depth-4 branch, a depth-5 branch rebuilt in turn). At 50M accounts
+/// these are the 65,536 depth-4 branches and the ~1M depth-5 ones, which memory keeps (six
+/// cached levels by default): a finalization of 32,000 accounts changed a third of the first
+/// and ~32,000 of the second, each record in a page no account of the batch touches, about a
+/// third of the pages it wrote. Only opening, proofs, readers of stored roots and a store
+/// kept with fewer cached levels load them: sixteen store lookups and hashes for a depth-5
+/// branch, ~300 for a depth-4 one.
+pub const RECORDLESS_DEPTHS: std::ops::RangeInclusive<usize> = 4..=5;
+
+/// Whether the account-trie branches at `depth` have no record ([`RECORDLESS_DEPTHS`]).
+pub fn is_recordless(depth: usize) -> bool {
+    RECORDLESS_DEPTHS.contains(&depth)
+}
 
 /// The key of the account trie's root entry.
 pub const ROOT_ENTRY_KEY: [u8; 33] = {
@@ -184,9 +191,9 @@ fn account_leaf(pos: &[u8], k: &[u8], v: &[u8]) -> Result<LoadedNode<AccountLeaf
     })
 }
 
-/// The account-trie branch at `pos` (of [`RECORDLESS_DEPTH`] nibbles), which has no record:
-/// rebuilt from its children's positions.
-fn rebuild_branch(snap: &Snapshot, pos: &[u8]) -> Result<LoadedNode<AccountLeaf>, LoadError> {
+/// The account-trie branch at `pos` (at one of the [`RECORDLESS_DEPTHS`]), which has no
+/// record: rebuilt from its children's positions.
+fn rebuild_branch(snap: &Snapshot, pos: &[u8]) -> Result<Box<Children<AccountLeaf>>, LoadError> {
     let mut children: Box<Children<AccountLeaf>> = Default::default();
     let mut at = pos.to_vec();
     at.push(0);
@@ -200,30 +207,48 @@ fn rebuild_branch(snap: &Snapshot, pos: &[u8]) -> Result<LoadedNode<AccountLeaf>
             "a branch without a record has under two children",
         ));
     }
-    Ok(LoadedNode::Branch { children })
+    Ok(children)
 }
 
-/// What a parent's record would say of the account-trie node at `pos`: the first key under
-/// `pos` is the record of the branch the keys there share (records sort before the accounts
-/// under their position, and the branch's before those of the branches below it), or the
-/// only account there; nothing when no key starts with `pos`.
-fn child_entry_at(snap: &Snapshot, pos: &[u8]) -> Result<Option<ChildEntry>, LoadError> {
-    let bad = |what: &str| LoadError::new(pos, what.to_string());
+/// The first key under the nibble path `pos` and its value, passing over the root entry and the
+/// records of the branches above `pos` (zero-padded, they sort among the keys of the positions
+/// below them whose nibbles are all zero).
+fn first_under(snap: &Snapshot, pos: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>, LoadError> {
     let mut first = None;
     snap.scan_from(&pad(pos), |k, v| {
         if !starts_with_nibbles(k, pos) {
             return false;
         }
         if k.len() == 33 && (k == ROOT_ENTRY_KEY || usize::from(k[32]) < pos.len()) {
-            // The root entry or the record of a branch above `pos`: zero-padded, they sort
-            // among the keys of the positions below them whose nibbles are all zero.
             return true;
         }
         first = Some((k.to_vec(), v.to_vec()));
         false
     })
     .map_err(|e| LoadError::new(pos, e.to_string()))?;
-    let Some((k, v)) = first else { return Ok(None) };
+    Ok(first)
+}
+
+/// What a parent's record would say of the account-trie node at `pos`: the first key under
+/// `pos` is the record of the branch the keys there share (records sort before the accounts
+/// under their position, and the branch's before those of the branches below it), or the
+/// only account there; nothing when no key starts with `pos`. At a depth without records the
+/// node is a branch when keys under `pos` differ in their next nibble (a key under `pos` at or
+/// after the first key's next nibble plus one), rebuilt in turn; otherwise the first key
+/// decides as above, the keys' shared branch being deeper and so recorded.
+fn child_entry_at(snap: &Snapshot, pos: &[u8]) -> Result<Option<ChildEntry>, LoadError> {
+    let bad = |what: &str| LoadError::new(pos, what.to_string());
+    let Some((k, v)) = first_under(snap, pos)? else {
+        return Ok(None);
+    };
+    if is_recordless(pos.len()) {
+        let next = nibble_at(&k, pos.len()).ok_or_else(|| bad("a key as long as its position"))?;
+        if next < 15 && has_key_after(snap, pos, next)? {
+            let children = rebuild_branch(snap, pos)?;
+            let r = loaded_ref::<AccountLeaf>(LoadedNode::Branch { children });
+            return Ok(Some(ChildEntry::Branch(r)));
+        }
+    }
     match k.len() {
         32 => Ok(Some(ChildEntry::Leaf(loaded_ref(account_leaf(
             pos, &k, &v,
@@ -249,6 +274,27 @@ fn child_entry_at(snap: &Snapshot, pos: &[u8]) -> Result<Option<ChildEntry>, Loa
     }
 }
 
+/// Whether a key under `pos` lies in a child slot after `slot` (the first key at or after
+/// `pad(pos ++ [slot + 1])` starts with `pos`; nothing above `pos` sorts there, its nibble at
+/// `pos.len()` being nonzero).
+fn has_key_after(snap: &Snapshot, pos: &[u8], slot: u8) -> Result<bool, LoadError> {
+    let mut after = pos.to_vec();
+    after.push(slot + 1);
+    let mut found = false;
+    snap.scan_from(&pad(&after), |k, _| {
+        found = starts_with_nibbles(k, pos);
+        false
+    })
+    .map_err(|e| LoadError::new(pos, e.to_string()))?;
+    Ok(found)
+}
+
+/// The nibble of `key` at `i`, if it is that long.
+fn nibble_at(key: &[u8], i: usize) -> Option<u8> {
+    key.get(i / 2)
+        .map(|b| if i % 2 == 0 { b >> 4 } else { b & 15 })
+}
+
 /// The nibble path of a record key's last 33 bytes `pad(p) ++ [len(p)]`; `None` unless the
 /// nibbles after `p` are zero.
 pub fn record_position(k: &[u8]) -> Option<Vec<u8>> {
@@ -272,7 +318,9 @@ pub fn record_position(k: &[u8]) -> Option<Vec<u8>> {
 impl Loader<AccountLeaf> for AccountLoader<'_> {
     fn load(&self, pos: &[u8], kind: StoredKind) -> Result<LoadedNode<AccountLeaf>, LoadError> {
         match kind {
-            StoredKind::Branch if pos.len() == RECORDLESS_DEPTH => rebuild_branch(self.0, pos),
+            StoredKind::Branch if is_recordless(pos.len()) => Ok(LoadedNode::Branch {
+                children: rebuild_branch(self.0, pos)?,
+            }),
             StoredKind::Branch => load_branch(self.0, None, pos),
             StoredKind::Leaf => {
                 let (k, v) = find_leaf(self.0, None, pos)?;
@@ -693,7 +741,7 @@ impl State {
             };
             keys.push(match kind {
                 // No record there: its children's keys lie from here on.
-                StoredKind::Branch if depth == RECORDLESS_DEPTH => pad(&path[..depth]).to_vec(),
+                StoredKind::Branch if is_recordless(depth) => pad(&path[..depth]).to_vec(),
                 StoredKind::Branch => record_key(None, &path[..depth]),
                 StoredKind::Leaf => pad(&path[..depth]).to_vec(),
             });

@@ -5,7 +5,7 @@
 //! File layout (all integers little-endian):
 //! ```text
 //! page 0, page 1: meta (written alternately; the valid one with the higher generation wins)
-//!   0..8    magic "PKSTATE\0"      8..12  version = 5      12..16 page size = 4096
+//!   0..8    magic "PKSTATE\0"      8..12  version = 6      12..16 page size = 4096
 //!   16..24  generation             24..32 block number     32..64 state root
 //!   64..68  root page (0 = empty)  68..72 page count (high-water mark)
 //!   72..76  first free-list page (0 = none)                76..80 free pages listed
@@ -43,10 +43,10 @@
 //! A version-3 store (no tables) is read as it is, and its leaves gain tables as they are
 //! rewritten; its meta page says the current version from its next commit on.
 //!
-//! Version 5 writes the pages of version 4; it marks a change of the layout above the store
-//! (the account trie's depth-4 branches lose their records, `state::RECORDLESS_DEPTH`), so that
-//! `Db::open` can refuse a database a version-4 build wrote instead of reporting its records
-//! stale.
+//! Versions 5 and 6 write the pages of version 4; they mark changes of the layout above the
+//! store (the account trie's depth-4 branches lose their records in 5, its depth-5 ones in 6,
+//! `state::RECORDLESS_DEPTHS`), so that `Db::open` can refuse a database an older build wrote
+//! instead of reporting its records stale.
 //!
 //! Copy-on-write: a change never writes a page a committed root still in use can reach; changed
 //! pages are written to pages from the free list or past the high-water mark, and the old ones are
@@ -78,11 +78,12 @@ use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 const MAGIC: [u8; 8] = *b"PKSTATE\0";
-/// The store format written; versions 3 (leaves without restart tables) and 4 are read too,
-/// version 2 (keys in full in leaf pages) is refused at open. Version 5 pages are version 4's:
-/// the number marks the state layer's layout (no records for the account trie's depth-4
-/// branches, `state::RECORDLESS_DEPTH`), which `Db::open` asks for.
-pub const VERSION: u32 = 5;
+/// The store format written; versions 3 (leaves without restart tables) to 5 are read too,
+/// version 2 (keys in full in leaf pages) is refused at open. Version 5 and 6 pages are version
+/// 4's: the numbers mark the state layer's layout (no records for the account trie's depth-4
+/// branches in 5, nor for its depth-5 ones in 6, `state::RECORDLESS_DEPTHS`), which `Db::open`
+/// asks for.
+pub const VERSION: u32 = 6;
 const OLDEST_READ_VERSION: u32 = 3;
 const BRANCH: u8 = 1;
 const LEAF: u8 = 2;
@@ -4541,7 +4542,7 @@ mod tests {
         let msg = err.to_string();
         assert!(matches!(err, StoreError::NotAStore(_)), "{msg}");
         assert!(
-            msg.contains("version 2") && msg.contains("reads versions 3 to 5"),
+            msg.contains("version 2") && msg.contains("reads versions 3 to 6"),
             "{msg}"
         );
         let _ = std::fs::remove_dir_all(&dir);

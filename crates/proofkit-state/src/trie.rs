@@ -1003,18 +1003,19 @@ impl<V: TrieValue> Trie<V> {
     /// first nibble is below 8, with the root's own record; 1: the rest), so that two threads
     /// can walk the two halves together (the walk waits on a cold line per node). The root is
     /// marked stored by [`Trie::took_both_halves`], once both are done. A root that is not a
-    /// branch is walked whole by half 0. Branches at depth `recordless` are walked and marked
-    /// stored without a record (the store rebuilds them from their children's).
+    /// branch is walked whole by half 0. Branches at the depths `recordless` are walked and
+    /// marked stored without a record (the store rebuilds them from their children's;
+    /// [`NO_DEPTHS`]: every branch has its record).
     pub fn take_dirty_half<'a>(
         &'a self,
         half: usize,
-        recordless: Option<usize>,
+        recordless: std::ops::RangeInclusive<usize>,
         mut records: impl FnMut(&[u8], &[u8]),
         mut leaves: impl FnMut(&[u8], &'a V),
     ) {
         let Some(root) = &self.root else { return };
         let mut walk = DirtyWalk::new(&mut records, &mut leaves);
-        walk.recordless = recordless.unwrap_or(usize::MAX);
+        walk.recordless = recordless;
         let branch = match root {
             Child::Mem(cell) if !cell.has(STORED) => match &cell.node {
                 Node::Branch { children } => Some(children),
@@ -1226,6 +1227,9 @@ fn get_mut_at<'a, V: TrieValue>(
 /// One insertion's walk down the trie ([`Trie::upsert`]): the position reached (the nibbles
 /// from the root), where stored nodes are loaded from, and how a value already at the path
 /// combines with the new one.
+/// No depths: an empty range (for [`Trie::take_dirty_half`]'s `recordless`).
+pub const NO_DEPTHS: std::ops::RangeInclusive<usize> = 1..=0;
+
 struct Insertion<'l, V> {
     pos: Vec<u8>,
     loader: &'l dyn Loader<V>,
@@ -1785,8 +1789,8 @@ fn prune_slots<V: TrieValue>(
 struct DirtyWalk<'w, 'a, V> {
     pos: Vec<u8>,
     record: Vec<u8>,
-    /// The depth whose branches get no record (`usize::MAX`: none).
-    recordless: usize,
+    /// The depths whose branches get no record (empty: none).
+    recordless: std::ops::RangeInclusive<usize>,
     records: &'w mut dyn FnMut(&[u8], &[u8]),
     leaves: &'w mut dyn FnMut(&[u8], &'a V),
 }
@@ -1799,7 +1803,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         DirtyWalk {
             pos: Vec::with_capacity(64),
             record: Vec::with_capacity(RECORD_CAPACITY),
-            recordless: usize::MAX,
+            recordless: NO_DEPTHS,
             records,
             leaves,
         }
@@ -1807,7 +1811,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
 
     /// Hands over the record of the branch at the walk's position.
     fn record(&mut self, children: &Children<V>) {
-        if self.pos.len() == self.recordless {
+        if self.recordless.contains(&self.pos.len()) {
             return;
         }
         self.record.clear();
@@ -2702,7 +2706,7 @@ mod tests {
         for half in [0, 1] {
             t.take_dirty_half(
                 half,
-                None,
+                NO_DEPTHS,
                 |p, r| records.push((p.to_vec(), r.to_vec())),
                 |p, r| taken.push((p.to_vec(), r.0.clone())),
             );

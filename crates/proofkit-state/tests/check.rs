@@ -2,7 +2,7 @@
 //! the database's back, one damage at a time: each must be reported, with the error kind the
 //! damage calls for, and the undamaged store must pass.
 
-use proofkit_state::state::{pad, record_key, RECORDLESS_DEPTH, ROOT_ENTRY_KEY};
+use proofkit_state::state::{pad, record_key, RECORDLESS_DEPTHS, ROOT_ENTRY_KEY};
 use proofkit_state::store::{Op, Store};
 use proofkit_state::{u256, Account, CommitLevel, Db, DbError, DbOptions, B256};
 use std::path::{Path, PathBuf};
@@ -143,14 +143,21 @@ fn every_damaged_record_is_reported() {
             "is not a node of the rebuilt trie",
         ),
         (
-            "a record at the depth whose branches have none (state::RECORDLESS_DEPTH), above a \
-             stored account",
+            "records at the depths whose branches have none (state::RECORDLESS_DEPTHS), \
+             above a stored account",
             Box::new({
                 let a = account.clone();
                 move || {
-                    let nibbles: Vec<u8> = a[..2].iter().flat_map(|b| [b >> 4, b & 15]).collect();
-                    let k = record_key(None, &nibbles[..RECORDLESS_DEPTH]);
-                    (vec![Op::Put(k, vec![3, 0, 0, 1, 1, 0, 1, 1])], None)
+                    let nibbles: Vec<u8> = a[..3].iter().flat_map(|b| [b >> 4, b & 15]).collect();
+                    let ops = RECORDLESS_DEPTHS
+                        .map(|d| {
+                            Op::Put(
+                                record_key(None, &nibbles[..d]),
+                                vec![3, 0, 0, 1, 1, 0, 1, 1],
+                            )
+                        })
+                        .collect();
+                    (ops, None)
                 }
             }),
             "is not a node of the rebuilt trie",
@@ -268,9 +275,9 @@ fn a_store_of_one_account_is_checked_whole() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// A database that a version-4 build wrote (with a record for each depth-4 branch of the account
-/// trie, which version 5 leaves out) is refused at open with both versions named, instead of
-/// being opened and its records reported stale; the store itself still reads it.
+/// A database that a version-4 build wrote (with a record for each depth-4 and depth-5 branch of
+/// the account trie, which version 6 leaves out) is refused at open with both versions named,
+/// instead of being opened and its records reported stale; the store itself still reads it.
 #[test]
 fn a_database_of_store_version_4_is_refused_at_open() {
     let d = dir("v4");
@@ -294,7 +301,7 @@ fn a_database_of_store_version_4_is_refused_at_open() {
         .expect("a version-4 database refused")
         .to_string();
     assert!(
-        e.contains("store format version 4") && e.contains("version 5"),
+        e.contains("store format version 4") && e.contains("version 6"),
         "{e}"
     );
     assert_eq!(Store::open(Some(&d)).unwrap().meta().version, 4);
