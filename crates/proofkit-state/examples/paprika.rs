@@ -25,7 +25,7 @@ fn main() {
         cached_levels: std::env::var("PK_CACHED_LEVELS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(5),
+            .unwrap_or(6),
         pipeline: env("PK_PIPELINE", 1) != 0,
         keep_parent_states: env("PK_KEEP_PARENT_STATES", 0) != 0,
     };

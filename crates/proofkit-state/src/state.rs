@@ -65,7 +65,7 @@ impl From<crate::store::StoreError> for StateError {
 /// third of the pages it wrote. Only opening, proofs, readers of stored roots and a store
 /// kept with fewer cached levels load them: sixteen store lookups and hashes for a depth-5
 /// branch, ~300 for a depth-4 one.
-pub const RECORDLESS_DEPTHS: std::ops::RangeInclusive<usize> = 4..=5;
+pub const RECORDLESS_DEPTHS: std::ops::Range<usize> = 4..6;
 
 /// Whether the account-trie branches at `depth` have no record ([`RECORDLESS_DEPTHS`]).
 pub fn is_recordless(depth: usize) -> bool {
@@ -210,10 +210,13 @@ fn rebuild_branch(snap: &Snapshot, pos: &[u8]) -> Result<Box<Children<AccountLea
     Ok(children)
 }
 
+/// A key and its value, copied out of the store.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// The first key under the nibble path `pos` and its value, passing over the root entry and the
 /// records of the branches above `pos` (zero-padded, they sort among the keys of the positions
 /// below them whose nibbles are all zero).
-fn first_under(snap: &Snapshot, pos: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>, LoadError> {
+fn first_under(snap: &Snapshot, pos: &[u8]) -> Result<Option<KeyValue>, LoadError> {
     let mut first = None;
     snap.scan_from(&pad(pos), |k, v| {
         if !starts_with_nibbles(k, pos) {

@@ -1009,7 +1009,7 @@ impl<V: TrieValue> Trie<V> {
     pub fn take_dirty_half<'a>(
         &'a self,
         half: usize,
-        recordless: std::ops::RangeInclusive<usize>,
+        recordless: std::ops::Range<usize>,
         mut records: impl FnMut(&[u8], &[u8]),
         mut leaves: impl FnMut(&[u8], &'a V),
     ) {
@@ -1228,7 +1228,7 @@ fn get_mut_at<'a, V: TrieValue>(
 /// from the root), where stored nodes are loaded from, and how a value already at the path
 /// combines with the new one.
 /// No depths: an empty range (for [`Trie::take_dirty_half`]'s `recordless`).
-pub const NO_DEPTHS: std::ops::RangeInclusive<usize> = 1..=0;
+pub const NO_DEPTHS: std::ops::Range<usize> = 0..0;
 
 struct Insertion<'l, V> {
     pos: Vec<u8>,
@@ -1790,7 +1790,7 @@ struct DirtyWalk<'w, 'a, V> {
     pos: Vec<u8>,
     record: Vec<u8>,
     /// The depths whose branches get no record (empty: none).
-    recordless: std::ops::RangeInclusive<usize>,
+    recordless: std::ops::Range<usize>,
     records: &'w mut dyn FnMut(&[u8], &[u8]),
     leaves: &'w mut dyn FnMut(&[u8], &'a V),
 }
