@@ -13,6 +13,7 @@
 //! 32 bytes  keccak(address)                         -> account (see `account`) ++ storage-root entry
 //! 64 bytes  keccak(address) ++ keccak(slot)         -> the value, trimmed big-endian bytes
 //! 33 bytes  pad(p) ++ [len(p)]                      -> record of the account-trie branch at p
+//!                                                      (none at RECORDLESS_DEPTHS: rebuilt)
 //! 33 bytes  [0; 32] ++ [0xff]                       -> entry of the account trie's root
 //! 65 bytes  keccak(address) ++ pad(p) ++ [len(p)]   -> record of that storage trie's branch at p
 //! ```
