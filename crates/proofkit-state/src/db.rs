@@ -39,8 +39,8 @@ use crate::hash_builder::{root_hash, HashBuilder, OutOfOrder, Root};
 use crate::keccak::{keccak256, B256};
 use crate::rlp;
 use crate::state::{
-    decode_account_record, pack, put_record_key, record_key, record_position, AccountWrite,
-    Address, State, WriteLog, Writer, RECORDLESS_DEPTHS, ROOT_ENTRY_KEY,
+    decode_account_record, is_recordless, pack, put_record_key, record_key, record_position,
+    AccountWrite, Address, State, WriteLog, Writer, RECORDLESS_DEPTHS, ROOT_ENTRY_KEY,
 };
 use crate::store::Snapshot;
 use crate::store::{Batch, CheckReport, CommitLevel, CommitStats, Store, StoreError};
@@ -268,9 +268,11 @@ impl Db {
                 format!(
                     "a database of store format version {}: it keeps records of account-trie \
                  branches that version {} leaves out and rebuilds from their children (those \
-                 at depths 4 and 5); rebuild the database from its source",
+                 at depths {} to {}); rebuild the database from its source",
                     meta.version,
-                    crate::store::VERSION
+                    crate::store::VERSION,
+                    RECORDLESS_DEPTHS.start,
+                    RECORDLESS_DEPTHS.end - 1
                 ),
             )));
         }
@@ -910,7 +912,7 @@ fn account_ops<'m>(
                     }
                     let path = crate::trie::nibbles(haddr);
                     for d in state.stale_account_positions(haddr) {
-                        if !RECORDLESS_DEPTHS.contains(&d) {
+                        if !is_recordless(d) {
                             ops.del_with(|k| put_record_key(None, &path[..d], k));
                         }
                     }
@@ -1225,7 +1227,7 @@ fn match_record(
 ) -> Result<(), DbError> {
     // An account-trie branch at a recordless depth has none: one stored there is stale
     // (found by the range below, which starts at its own position).
-    let recordless = owner.is_none() && RECORDLESS_DEPTHS.contains(&pos.len());
+    let recordless = owner.is_none() && is_recordless(pos.len());
     if !recordless && stored.remove(pos).as_ref() != Some(&record) {
         return Err(DbError::CorruptRecord(format!(
             "trie node record {} differs from the rebuilt trie",

@@ -107,10 +107,9 @@ pub fn pad(pos: &[u8]) -> B256 {
 }
 
 fn starts_with_nibbles(key: &[u8], pos: &[u8]) -> bool {
-    pos.iter().enumerate().all(|(i, &n)| {
-        key.get(i / 2)
-            .is_some_and(|b| if i % 2 == 0 { b >> 4 == n } else { b & 15 == n })
-    })
+    pos.iter()
+        .enumerate()
+        .all(|(i, &n)| nibble_at(key, i) == Some(n))
 }
 
 /// An account record: the account and its storage trie's root entry.
@@ -308,14 +307,8 @@ pub fn record_position(k: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let pos: Vec<u8> = (0..len)
-        .map(|i| {
-            if i % 2 == 0 {
-                padded[i / 2] >> 4
-            } else {
-                padded[i / 2] & 15
-            }
-        })
-        .collect();
+        .map(|i| nibble_at(padded, i))
+        .collect::<Option<_>>()?;
     (pad(&pos)[..] == *padded).then_some(pos)
 }
 

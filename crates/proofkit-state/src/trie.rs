@@ -1224,12 +1224,12 @@ fn get_mut_at<'a, V: TrieValue>(
     }
 }
 
-/// One insertion's walk down the trie ([`Trie::upsert`]): the position reached (the nibbles
-/// from the root), where stored nodes are loaded from, and how a value already at the path
-/// combines with the new one.
 /// No depths: an empty range (for [`Trie::take_dirty_half`]'s `recordless`).
 pub const NO_DEPTHS: std::ops::Range<usize> = 0..0;
 
+/// One insertion's walk down the trie ([`Trie::upsert`]): the position reached (the nibbles
+/// from the root), where stored nodes are loaded from, and how a value already at the path
+/// combines with the new one.
 struct Insertion<'l, V> {
     pos: Vec<u8>,
     loader: &'l dyn Loader<V>,
