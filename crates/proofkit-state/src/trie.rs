@@ -1850,6 +1850,9 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
                 self.child(child);
                 self.pos.truncate(n);
             }
+            Node::Branch { children } if self.recordless.contains(&self.pos.len()) => {
+                self.unrecorded_branch(cell, children)
+            }
             Node::Branch { children } => {
                 // The record reads every child's cell, and the walk then goes down into the
                 // children not stored yet, each first reading its children's box: both asked
@@ -1877,6 +1880,44 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         // drained the store buffer at every node (most of the walk's own time in storage
         // tries).
         cell.flags.store(flags | STORED, Ordering::Relaxed);
+    }
+
+    /// The walk below a branch at a recordless depth. With no record to write, only the
+    /// children not in the store yet need a visit, and they are among the cell's unpruned
+    /// slots (a superset of its slots holding an unpruned cell; a node not stored is never
+    /// pruned). The finalization prunes before it walks, so these are about the slots written
+    /// since the last walk: a depth-4 branch of the account trie has one or two of its 16
+    /// children to visit, and reading every child's cell for its flags was 16 cold lines (a
+    /// depth-5 branch's box, whose children are mostly stored, 10 lines for one or two slots).
+    fn unrecorded_branch(&mut self, cell: &'a Cell<V>, children: &'a Children<V>) {
+        let slots = cell.unpruned_slots;
+        for i in slots_in(slots) {
+            if let Some(Child::Mem(c)) = &children[i] {
+                prefetch_cell(c);
+            }
+        }
+        // What each child visited reads next: only its own unpruned slots when it is
+        // recordless too.
+        let child_recordless = self.recordless.contains(&(self.pos.len() + 1));
+        for i in slots_in(slots) {
+            if let Some(Child::Mem(c)) = &children[i] {
+                if c.has(STORED) {
+                    continue;
+                }
+                if child_recordless {
+                    prefetch_slots(c, c.unpruned_slots);
+                } else {
+                    prefetch_children_box(c);
+                }
+            }
+        }
+        for i in slots_in(slots) {
+            if let Some(c) = &children[i] {
+                self.pos.push(i as u8);
+                self.child(c);
+                self.pos.pop();
+            }
+        }
     }
 }
 
@@ -2719,6 +2760,69 @@ mod tests {
             "the root's first"
         );
         assert!(leaves(&t).is_empty());
+    }
+
+    /// A walk that leaves out the records of some depths visits only the unpruned slots of
+    /// their branches: it yields the leaves a full walk yields and the same records but for
+    /// those depths, whether the trie was pruned before (the masks exact, as a finalization
+    /// walks) or not (the masks a superset).
+    #[test]
+    fn a_recordless_walk_visits_what_a_full_walk_visits() {
+        let keys: Vec<[u8; 64]> = (0u16..3000)
+            .map(|i| nibbles(&keccak256(&i.to_le_bytes())))
+            .collect();
+        let fresh: Vec<[u8; 64]> = (0u16..40)
+            .map(|i| nibbles(&keccak256(&(60000 - i).to_le_bytes())))
+            .collect();
+        // The same changes on a trie built apart each time (a clone shares the marks).
+        let build = |prune_first: bool| {
+            let mut t = Trie::new();
+            for (i, k) in keys.iter().enumerate() {
+                t.insert(k, Raw(vec![i as u8]), &NoLoader).unwrap();
+            }
+            t.root_hash();
+            t.take_dirty(|_, _| {});
+            // Nothing is replaced by a stored node (no loader here): the masks are what
+            // pruning leaves.
+            t.prune_in_place(64, &mut Vec::new());
+            for (i, k) in fresh.iter().enumerate() {
+                t.insert(k, Raw(vec![0xf0, i as u8]), &NoLoader).unwrap();
+            }
+            for k in keys.iter().step_by(97) {
+                *t.get_mut(k, &NoLoader).unwrap().unwrap() = Raw(vec![0xee]);
+            }
+            assert!(t.remove(&keys[11], &NoLoader).unwrap());
+            t.root_hash();
+            if prune_first {
+                t.prune_in_place(64, &mut Vec::new());
+            }
+            t
+        };
+        let walk = |t: &Trie<Raw>, recordless: std::ops::Range<usize>| {
+            let (mut records, mut leaves) = (Vec::new(), Vec::new());
+            for half in [0, 1] {
+                t.take_dirty_half(
+                    half,
+                    recordless.clone(),
+                    |p, r| records.push((p.to_vec(), r.to_vec())),
+                    |p, v| leaves.push((p.to_vec(), v.0.clone())),
+                );
+            }
+            t.took_both_halves();
+            (records, leaves)
+        };
+        for prune_first in [true, false] {
+            let (full_records, full_leaves) = walk(&build(prune_first), NO_DEPTHS);
+            let (records, leaves) = walk(&build(prune_first), 2..4);
+            assert_eq!(leaves, full_leaves, "pruned first: {prune_first}");
+            assert!(leaves.len() >= fresh.len() + keys.len() / 97);
+            let expected: Vec<_> = full_records
+                .into_iter()
+                .filter(|(p, _)| !(2..4).contains(&p.len()))
+                .collect();
+            assert_eq!(records, expected, "pruned first: {prune_first}");
+            assert!(records.iter().any(|(p, _)| p.len() == 4));
+        }
     }
 
     /// A store for the paged-trie test: branch records by position and leaves by full path.
