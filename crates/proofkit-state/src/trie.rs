@@ -264,11 +264,16 @@ pub struct CopyHash([AtomicU64; 4]);
 impl<V> Child<V> {
     /// A child in memory, without a copy of its reference yet.
     fn mem(cell: Arc<Cell<V>>) -> Self {
-        Child::Mem(
-            cell,
-            CopyLen(AtomicU8::new(0)),
-            CopyHash(Default::default()),
-        )
+        Child::mem_with_copy(cell, None)
+    }
+
+    /// A child in memory whose reference is known (`None`: not yet).
+    fn mem_with_copy(cell: Arc<Cell<V>>, r: Option<NodeRef>) -> Self {
+        let (len, hash) = (CopyLen(AtomicU8::new(0)), CopyHash(Default::default()));
+        if let Some(r) = r {
+            copy_ref(&len, &hash, &r);
+        }
+        Child::Mem(cell, len, hash)
     }
 
     /// The cell of a child in memory, to change: drops the copy of its reference, which the
@@ -290,6 +295,13 @@ impl<V> Child<V> {
             Child::Mem(cell, ..) => Some(cell),
             Child::Stored(..) => None,
         }
+    }
+}
+
+impl CopyLen {
+    /// Whether the slot holds a copy (a hint's test: no ordering with the bytes).
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != 0
     }
 }
 
@@ -320,13 +332,7 @@ fn copy_ref(len: &CopyLen, hash: &CopyHash, r: &NodeRef) {
 impl<V> Clone for Child<V> {
     fn clone(&self) -> Self {
         match self {
-            Child::Mem(c, len, hash) => {
-                let copy = Child::mem(c.clone());
-                if let (Some(r), Child::Mem(_, l, h)) = (copied_ref(len, hash), &copy) {
-                    copy_ref(l, h, &r);
-                }
-                copy
-            }
+            Child::Mem(c, len, hash) => Child::mem_with_copy(c.clone(), copied_ref(len, hash)),
             Child::Stored(kind, r) => Child::Stored(*kind, *r),
         }
     }
@@ -1123,7 +1129,7 @@ impl<V: TrieValue> Trie<V> {
         if half == 0 {
             walk.record(children);
         }
-        walk.children(children, half * 8..half * 8 + 8);
+        walk.children(children, 0x00ff << (half * 8));
     }
 
     /// Marks the root stored after [`Trie::take_dirty_half`] walked both halves.
@@ -1751,15 +1757,8 @@ fn prune<V: TrieValue>(child: &Child<V>, depth: usize, keep: usize) -> Child<V> 
             })),
         },
     };
-    let pruned = Child::mem(Cell::clean(
-        node,
-        r,
-        if stored { STORED | PRUNED } else { 0 },
-    ));
-    if let Child::Mem(_, len, hash) = &pruned {
-        copy_ref(len, hash, &r);
-    }
-    pruned
+    let flags = if stored { STORED | PRUNED } else { 0 };
+    Child::mem_with_copy(Cell::clean(node, r, flags), Some(r))
 }
 
 fn prune_mut<V: TrieValue>(
@@ -1912,9 +1911,9 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         (self.records)(&self.pos, &self.record);
     }
 
-    /// Walks the children of the branch at the walk's position in `slots`.
-    fn children(&mut self, children: &'a Children<V>, slots: std::ops::Range<usize>) {
-        for i in slots {
+    /// Walks the children of the branch at the walk's position in the slots of `mask`.
+    fn children(&mut self, children: &'a Children<V>, mask: u16) {
+        for i in slots_in(mask) {
             if let Some(c) = &children[i] {
                 self.pos.push(i as u8);
                 self.child(c);
@@ -1964,7 +1963,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
                         }
                     }
                 }
-                self.children(children, 0..16);
+                self.children(children, ALL_SLOTS);
             }
         }
         // A store, not a read-modify-write: while the walk runs it is the only writer of the
@@ -2004,13 +2003,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
                 }
             }
         }
-        for i in slots_in(slots) {
-            if let Some(c) = &children[i] {
-                self.pos.push(i as u8);
-                self.child(c);
-                self.pos.pop();
-            }
-        }
+        self.children(children, slots);
     }
 }
 
@@ -2234,7 +2227,7 @@ fn prefetch_child_refs<V>(cell: &Cell<V>) {
         for c in children.iter().flatten() {
             // A child whose reference is copied in the slot is not read.
             if let Child::Mem(c, len, _) = c {
-                if len.0.load(Ordering::Relaxed) != 0 {
+                if len.is_set() {
                     continue;
                 }
                 let p = Arc::as_ptr(c).cast::<u8>();
