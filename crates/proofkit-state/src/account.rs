@@ -12,7 +12,7 @@
 
 use crate::keccak::{B256, KECCAK_EMPTY};
 use crate::rlp;
-use crate::trie::{Trie, TrieValue};
+use crate::trie::{Threads, Trie, TrieValue};
 use thiserror::Error;
 
 /// A 256-bit unsigned integer as 32 big-endian bytes.
@@ -187,9 +187,9 @@ impl TrieValue for AccountLeaf {
     }
 
     /// Hashes the written storage tries of all the accounts together.
-    fn prepare_batch(values: &[&Self]) {
+    fn prepare_batch(values: &[&Self], threads: Threads) {
         let tries: Vec<&Trie<StorageValue>> = values.iter().map(|l| &l.storage).collect();
-        Trie::hash_many(&tries);
+        Trie::hash_many(&tries, threads);
     }
 
     /// The storage trie shrinks to its root's reference.
