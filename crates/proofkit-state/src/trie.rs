@@ -48,9 +48,13 @@ pub trait TrieValue: Clone + Send + Sync {
 pub enum Threads {
     /// Each level's nodes shared out over the rayon pool.
     Pool,
-    /// All on the calling thread (a piece of a larger job that is already shared out).
+    /// All on the calling thread (a piece of a larger job that is already shared out), unless
+    /// the batch holds [`POOL_BATCH`] nodes or more.
     Caller,
 }
+
+/// Written nodes from which a batch is hashed on the pool whatever [`Threads`] says.
+pub const POOL_BATCH: usize = 4096;
 
 /// A node kept in the page store, of which memory holds only the reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -2096,6 +2100,14 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>], threads: Threads) {
         }
         return;
     }
+    // A batch this large goes to the pool even inside a piece: one contract's storage written
+    // in thousands of slots would otherwise be hashed by one thread, and its levels are wide
+    // enough to be worth waking the pool for.
+    let threads = if total >= POOL_BATCH {
+        Threads::Pool
+    } else {
+        threads
+    };
     // The leaves' values first (an account leaf's storage root), then the levels from the
     // farthest up.
     V::prepare_batch(&values, threads);

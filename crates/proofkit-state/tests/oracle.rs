@@ -404,6 +404,55 @@ fn forks_reorgs_and_finality_with(keep_parent_states: bool) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A block whose one contract writes thousands of slots beside many accounts: the contract's
+/// storage trie is hashed inside one piece of the root but, being over `trie::POOL_BATCH`
+/// nodes, on the pool; the roots equal alloy-trie's, for the block that fills the storage and
+/// for one that updates and zeroes part of it.
+#[test]
+fn a_large_storage_trie_beside_many_accounts_matches_alloy_trie() {
+    let mut db = Db::open(None, DbOptions::default()).unwrap();
+    let mut m = Model::default();
+    let contract: Address = [0xc0; 20];
+    let account = |n: u64| Account {
+        nonce: n,
+        balance: u256(n * 7 + 1),
+        ..Default::default()
+    };
+    let mut parent = db.finalized();
+    for round in 0..2u64 {
+        let mut block = db.begin(parent).unwrap();
+        for i in 0..300u64 {
+            let mut a = [0u8; 20];
+            a[..8].copy_from_slice(&(i + 1).to_be_bytes());
+            block.set_account(&a, Some(account(i + round)));
+            m.accounts.entry(a).or_default().0 = account(i + round);
+        }
+        block.set_account(&contract, Some(account(round)));
+        let entry = m.accounts.entry(contract).or_default();
+        entry.0 = account(round);
+        for s in 0..6000u64 {
+            if round == 1 && s % 2 == 1 {
+                continue;
+            }
+            let v = if round == 1 && s % 10 == 0 {
+                0
+            } else {
+                s * 3 + round + 1
+            };
+            block.set_storage(&contract, &u256(s), &u256(v)).unwrap();
+            if v == 0 {
+                entry.1.remove(&u256(s));
+            } else {
+                entry.1.insert(u256(s), u256(v));
+            }
+        }
+        let (id, root) = db.commit(block).unwrap();
+        assert_eq!(root, oracle_root(&m), "round {round}");
+        parent = id;
+    }
+    const { assert!(6000 > proofkit_state::trie::POOL_BATCH) };
+}
+
 #[test]
 fn storage_needs_an_account() {
     let mut db = Db::open(None, DbOptions::default()).unwrap();
