@@ -21,7 +21,7 @@
 
 use crate::keccak::{keccak256, B256, EMPTY_ROOT};
 use crate::rlp;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A value stored in a leaf.
@@ -2055,7 +2055,8 @@ fn hash_dirty<V: TrieValue>(root: &Cell<V>) {
             .collect();
         if pieces.len() > 1 {
             share_out(&pieces, |c| hash_dirty_many(&[*c], Threads::Caller));
-            hash_dirty_many(&[root], Threads::Caller);
+            // Every written child now has its reference: only the root is left to encode.
+            node_ref(root);
             return;
         }
     }
@@ -2066,7 +2067,7 @@ fn hash_dirty<V: TrieValue>(root: &Cell<V>) {
 /// the next item when it is free: the caller starts at once and a thread of the pool joins
 /// when it wakes, instead of the caller waiting for the pool to start the job and split it.
 fn share_out<T: Sync>(items: &[T], f: impl Fn(&T) + Sync) {
-    let next = std::sync::atomic::AtomicUsize::new(0);
+    let next = AtomicUsize::new(0);
     let take = || {
         while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
             f(item);
