@@ -21,6 +21,7 @@
 
 use crate::keccak::{keccak256, B256, EMPTY_ROOT};
 use crate::rlp;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -266,7 +267,20 @@ pub enum Child<V> {
 /// The length of the reference copied in a [`Child::Mem`] slot: 0 for none, else 1-32. Apart
 /// from [`CopyHash`] (not one struct) so that a slot stays 48 bytes: the enum's tag, this byte,
 /// the 32 bytes and the pointer (a struct of both, padded to 40 bytes, made the slot 56).
+///
+/// Its top bits say that the child is in the store and of which kind ([`SLOT_STORED`],
+/// [`SLOT_BRANCH`]; see [`CopyLen::mark_stored`]).
 pub struct CopyLen(AtomicU8);
+
+/// The bits of a [`CopyLen`] that hold the copy's length.
+const COPY_LEN_BITS: u8 = 0x3f;
+/// In a [`CopyLen`] with a copy: the child's record is in the store (set by the records walk
+/// as it marks the child's cell [`STORED`]), so that pruning can replace the child by a stored
+/// node from its slot alone, without reading its cold cell. Cleared with the copy by
+/// [`Child::cell_mut`], as any change of the child drops it.
+const SLOT_STORED: u8 = 0x80;
+/// With [`SLOT_STORED`]: the child is a branch (else a leaf).
+const SLOT_BRANCH: u8 = 0x40;
 
 /// The bytes of the reference copied in a [`Child::Mem`] slot (see [`CopyLen`]). Set through a
 /// shared slot by whichever thread first encodes the parent (every setter writes the same
@@ -314,13 +328,37 @@ impl<V> Child<V> {
 impl CopyLen {
     /// Whether the slot holds a copy (a hint's test: no ordering with the bytes).
     fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed) != 0
+        self.0.load(Ordering::Relaxed) & COPY_LEN_BITS != 0
+    }
+
+    /// Marks the child of a slot with a copy as stored, of kind `kind` (nothing without a
+    /// copy: pruning needs the reference). A release store after an acquire load, so that a
+    /// thread that sees the mark sees the copy's bytes (whoever wrote them).
+    fn mark_stored(&self, kind: StoredKind) {
+        let v = self.0.load(Ordering::Acquire);
+        if v & COPY_LEN_BITS != 0 {
+            let bits = match kind {
+                StoredKind::Leaf => SLOT_STORED,
+                StoredKind::Branch => SLOT_STORED | SLOT_BRANCH,
+            };
+            self.0.store(v | bits, Ordering::Release);
+        }
+    }
+
+    /// The kind of the child, if [`CopyLen::mark_stored`] marked it stored.
+    fn stored_kind(&self) -> Option<StoredKind> {
+        let v = self.0.load(Ordering::Relaxed);
+        match (v & SLOT_STORED != 0, v & SLOT_BRANCH != 0) {
+            (false, _) => None,
+            (true, false) => Some(StoredKind::Leaf),
+            (true, true) => Some(StoredKind::Branch),
+        }
     }
 }
 
 /// The copy of a child's reference in its slot, if set.
 fn copied_ref(len: &CopyLen, hash: &CopyHash) -> Option<NodeRef> {
-    let n = len.0.load(Ordering::Acquire);
+    let n = len.0.load(Ordering::Acquire) & COPY_LEN_BITS;
     if n == 0 {
         return None;
     }
@@ -1780,6 +1818,16 @@ fn prune_mut<V: TrieValue>(
     keep: usize,
     dropped: &mut Vec<Child<V>>,
 ) {
+    // A child the records walk marked stored in its slot is replaced without reading its
+    // cell (a cold line or two a written account at the pruning depth).
+    if depth >= keep {
+        if let Child::Mem(_, len, hash) = child {
+            if let (Some(kind), Some(r)) = (len.stored_kind(), copied_ref(len, hash)) {
+                dropped.push(std::mem::replace(child, Child::Stored(kind, r)));
+                return;
+            }
+        }
+    }
     // Pruning keeps every node's reference: the copy in `child`'s slot stays.
     let Some(arc) = child.cell_mut_same_ref() else {
         return;
@@ -1841,10 +1889,14 @@ fn prune_slots<V: TrieValue>(
     keep: usize,
     dropped: &mut Vec<Child<V>>,
 ) -> u16 {
-    // As in `collect_dirty`: the children's misses overlap.
+    // As in `collect_dirty`: the children's misses overlap (a child marked stored in its slot
+    // is pruned without its cell, see `prune_mut`).
+    let marked = |len: &CopyLen| depth + 1 >= keep && len.stored_kind().is_some();
     for i in slots_in(mask) {
-        if let Some(Child::Mem(c, ..)) = &children[i - first] {
-            prefetch_cell(c);
+        if let Some(Child::Mem(c, len, _)) = &children[i - first] {
+            if !marked(len) {
+                prefetch_cell(c);
+            }
         }
     }
     // Then what pruning a child branch reads next: the slots of its children's box it will
@@ -1868,13 +1920,30 @@ fn prune_slots<V: TrieValue>(
                 }
                 if let Node::Branch { children } = &c.node {
                     for j in slots_in(c.unpruned_slots) {
-                        if let Some(Child::Mem(g, ..)) = &children[j] {
-                            prefetch_for_pruning(g);
+                        if let Some(Child::Mem(g, len, _)) = &children[j] {
+                            if !(depth + 2 >= keep && len.stored_kind().is_some()) {
+                                prefetch_for_pruning(g);
+                            }
                         }
                     }
                 }
             }
         }
+    }
+    // Three levels above the pruning depth, the paths down to it are asked for whole, a level
+    // at a time across the siblings' paths: below here a branch has one or two unpruned slots,
+    // so the walk down each path met its cold lines one after another.
+    if depth + 3 == keep {
+        let unpruned: Vec<&Cell<V>> = slots_in(mask)
+            .filter_map(|i| match &children[i - first] {
+                Some(Child::Mem(c, ..)) if !c.has(PRUNED) => Some(&**c),
+                _ => None,
+            })
+            .collect();
+        // Level 1 is the pruning depth: a child marked stored is pruned from its slot alone.
+        prefetch_unpruned_paths(unpruned, 2, PRUNED, |level, len| {
+            level == 0 || len.stored_kind().is_none()
+        });
     }
     let mut left = 0;
     for i in slots_in(mask) {
@@ -1969,10 +2038,25 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
                     }
                 }
                 self.record(children);
-                for c in children.iter().flatten() {
-                    if let Child::Mem(c, ..) = c {
-                        if !c.has(STORED) {
-                            prefetch_children_box(c);
+                if self.recordless.contains(&(self.pos.len() + 1)) {
+                    // Children without records: the walk below them follows their unpruned
+                    // slots only, one or two a branch, so each path down is a chain of cold
+                    // lines; asked for here a level at a time across all the children's paths.
+                    let unstored: Vec<&Cell<V>> = children
+                        .iter()
+                        .flatten()
+                        .filter_map(|c| match c {
+                            Child::Mem(c, ..) if !c.has(STORED) => Some(&**c),
+                            _ => None,
+                        })
+                        .collect();
+                    prefetch_unpruned_paths(unstored, 2, STORED, |_, _| true);
+                } else {
+                    for c in children.iter().flatten() {
+                        if let Child::Mem(c, ..) = c {
+                            if !c.has(STORED) {
+                                prefetch_children_box(c);
+                            }
                         }
                     }
                 }
@@ -1985,6 +2069,13 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         // drained the store buffer at every node (most of the walk's own time in storage
         // tries).
         cell.flags.store(flags | STORED, Ordering::Relaxed);
+        if let Child::Mem(_, len, _) = child {
+            match &cell.node {
+                Node::Leaf { .. } => len.mark_stored(StoredKind::Leaf),
+                Node::Branch { .. } => len.mark_stored(StoredKind::Branch),
+                _ => {}
+            }
+        }
     }
 
     /// The walk below a branch at a recordless depth. With no record to write, only the
@@ -2184,7 +2275,11 @@ pub fn drop_subtrees<V: TrieValue>(roots: Vec<Child<V>>) {
             Child::Stored(..) => None,
         })
         .collect();
-    let mut values: Vec<V> = Vec::new();
+    // The leaves' values (an account's storage trie) are dropped CELL_AHEAD leaves after
+    // they are asked for: a queue that short instead of a vector of every value, dropped at
+    // the end, which grew by reallocation into memory the kernel faulted in and zeroed (1% of
+    // a 10,000-block run's samples, session 39).
+    let mut values: VecDeque<V> = VecDeque::with_capacity(CELL_AHEAD + 1);
     while !level.is_empty() {
         let mut next = Vec::with_capacity(level.len());
         // Taken from the back (`pop`), so "ahead" is towards the front.
@@ -2211,19 +2306,19 @@ pub fn drop_subtrees<V: TrieValue>(roots: Vec<Child<V>>) {
                         next.push(a);
                     }
                 }
-                Node::Leaf { value, .. } => values.push(value),
+                Node::Leaf { value, .. } => {
+                    value.prefetch();
+                    values.push_back(value);
+                    if values.len() > CELL_AHEAD {
+                        drop(values.pop_front());
+                    }
+                }
                 Node::Hole => {}
             }
         }
         level = next;
     }
-    // The leaves' values last, asked for ahead in the same way (an account's storage trie).
-    while let Some(v) = values.pop() {
-        if let Some(ahead) = values.len().checked_sub(CELL_AHEAD).map(|i| &values[i]) {
-            ahead.prefetch();
-        }
-        drop(v);
-    }
+    drop(values);
 }
 
 /// Asks for the lines of `c`'s cell that a walk reads first (its counts, flags and reference,
@@ -2247,6 +2342,44 @@ fn prefetch_for_pruning<V>(c: &Arc<Cell<V>>) {
     let p = Arc::as_ptr(c).cast::<u8>();
     proofkit_core::memory::prefetch_address(p, std::mem::offset_of!(Cell<V>, flags));
     proofkit_core::memory::prefetch_address(p, std::mem::offset_of!(Cell<V>, node));
+}
+
+/// Asks for the nodes on the paths below `tops` (whose cells were asked for) that follow
+/// their unpruned slots, `levels` levels down, a level at a time across all the paths: each
+/// level's children boxes (the slots followed), then the cells in those slots, then the next
+/// level, so that the misses of different paths overlap instead of coming one after another
+/// as a walk goes down one path at a time. A path stops at a node flagged `skip`, and at a
+/// child whose slot `follow(level, slot's copy length)` refuses (level 0: the children of
+/// `tops`). A hint only: it reads the cells it passes, nothing else.
+fn prefetch_unpruned_paths<V>(
+    tops: Vec<&Cell<V>>,
+    levels: usize,
+    skip: u8,
+    follow: impl Fn(usize, &CopyLen) -> bool,
+) {
+    let mut level = tops;
+    for depth in 0..levels {
+        for c in &level {
+            prefetch_slots(c, c.unpruned_slots);
+        }
+        let mut next = Vec::with_capacity(2 * level.len());
+        for c in &level {
+            if let Node::Branch { children } = &c.node {
+                for j in slots_in(c.unpruned_slots) {
+                    if let Some(Child::Mem(g, len, _)) = &children[j] {
+                        if follow(depth, len) {
+                            prefetch_cell(g);
+                            next.push(&**g);
+                        }
+                    }
+                }
+            }
+        }
+        if depth + 1 < levels {
+            next.retain(|g| !g.has(skip));
+        }
+        level = next;
+    }
 }
 
 /// Asks for the lines of a branch's children box that hold the slots in `mask` (not the
@@ -2506,6 +2639,96 @@ mod tests {
             assert_eq!(c.cached.get(), None);
             assert_eq!(c.flags.load(Ordering::Relaxed), 0);
             assert_eq!((c.dirty_slots, c.unpruned_slots), (0, ALL_SLOTS));
+        }
+    }
+
+    /// The records walk marks in its parent's slot each leaf and branch it marks stored (with
+    /// its kind), only where the slot holds a copy of the reference; a write through a slot
+    /// drops its mark; pruning replaces a marked child by the stored node of that kind and
+    /// reference, leaving the root and the nodes in memory as the pruning by the cells' flags
+    /// does.
+    #[test]
+    fn slot_marks_name_stored_children_until_they_change() {
+        fn marks<V>(c: &Child<V>, depth: usize, out: &mut Vec<(usize, Option<StoredKind>, bool)>) {
+            let Child::Mem(cell, ..) = c else { return };
+            let kids: Vec<&Child<V>> = match &cell.node {
+                Node::Branch { children } => children.iter().flatten().collect(),
+                Node::Extension { child, .. } => vec![child],
+                _ => vec![],
+            };
+            for k in kids {
+                if let Child::Mem(kc, len, _) = k {
+                    let kind = match &kc.node {
+                        Node::Leaf { .. } => Some(StoredKind::Leaf),
+                        Node::Branch { .. } => Some(StoredKind::Branch),
+                        _ => None,
+                    };
+                    // (depth, kind of a leaf or branch, whether the slot's mark says so)
+                    let ok = match len.stored_kind() {
+                        Some(m) => Some(m) == kind && kc.has(STORED) && len.is_set(),
+                        None => false,
+                    };
+                    out.push((depth + 1, kind, ok));
+                }
+                marks(k, depth + 1, out);
+            }
+        }
+        let key = |i: u32| nibbles(&keccak256(&i.to_le_bytes()));
+        let mut t: Trie<Raw> = Trie::new();
+        for i in 0..2000 {
+            t.insert(&key(i), Raw(vec![0x82, i as u8, (i >> 8) as u8]), &NoLoader)
+                .unwrap();
+        }
+        let mut found = Vec::new();
+        marks(t.root.as_ref().unwrap(), 0, &mut found);
+        assert!(found.iter().all(|m| !m.2), "no mark before a walk");
+        t.root_hash();
+        t.take_dirty(|_, _| {});
+        let mut found = Vec::new();
+        marks(t.root.as_ref().unwrap(), 0, &mut found);
+        // Every leaf and branch in memory is marked, with its kind.
+        assert!(found.iter().filter(|m| m.1.is_some()).all(|m| m.2));
+        let leaves = found
+            .iter()
+            .filter(|m| m.1 == Some(StoredKind::Leaf))
+            .count();
+        let branches = found
+            .iter()
+            .filter(|m| m.1 == Some(StoredKind::Branch))
+            .count();
+        assert!(leaves == 2000 && branches > 100, "{leaves} {branches}");
+        // Writes drop the marks on their paths: one key's path, and a new key's.
+        t.insert(&key(7), Raw(vec![0x81]), &NoLoader).unwrap();
+        t.insert(&key(5000), Raw(vec![0x81]), &NoLoader).unwrap();
+        let mut found = Vec::new();
+        marks(t.root.as_ref().unwrap(), 0, &mut found);
+        let unmarked = found.iter().filter(|m| m.1.is_some() && !m.2).count();
+        assert!((2..=12).contains(&unmarked), "{unmarked}");
+        // Pruning by the marks leaves what pruning by the flags leaves, and the same root.
+        let root = t.root_hash();
+        for keep in [1, 2, 3, 4] {
+            let mut p = t.clone();
+            let want = p.pruned(keep);
+            let mut dropped = Vec::new();
+            // `pruned` copies the slots without their marks: prune a version with them.
+            let mut q = Trie::new();
+            for i in 0..2000 {
+                q.insert(&key(i), Raw(vec![0x82, i as u8, (i >> 8) as u8]), &NoLoader)
+                    .unwrap();
+            }
+            q.root_hash();
+            q.take_dirty(|_, _| {});
+            q.insert(&key(7), Raw(vec![0x81]), &NoLoader).unwrap();
+            q.insert(&key(5000), Raw(vec![0x81]), &NoLoader).unwrap();
+            assert_eq!(q.root_hash(), root);
+            let want_q = q.pruned(keep);
+            q.prune_in_place(keep, &mut dropped);
+            assert!(!dropped.is_empty());
+            assert_eq!(mem_nodes(&q), mem_nodes(&want_q), "keep {keep}");
+            assert_eq!(mem_nodes(&q), mem_nodes(&want), "keep {keep}");
+            assert_eq!(q.root_hash(), root);
+            p.prune_in_place(keep, &mut Vec::new());
+            assert_eq!(p.root_hash(), root);
         }
     }
 
