@@ -2710,7 +2710,8 @@ mod tests {
             let mut p = t.clone();
             let want = p.pruned(keep);
             let mut dropped = Vec::new();
-            // `pruned` copies the slots without their marks: prune a version with them.
+            // In place, the marks are used in cells pruning holds alone (a clone of `t` shares
+            // them all and takes the copying path), so each depth prunes a trie built afresh.
             let mut q = Trie::new();
             for i in 0..2000 {
                 q.insert(&key(i), Raw(vec![0x82, i as u8, (i >> 8) as u8]), &NoLoader)
