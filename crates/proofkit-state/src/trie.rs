@@ -428,6 +428,13 @@ pub struct Cell<V> {
     node: Node<V>,
 }
 
+/// The slots in `mask` whose child is in memory.
+fn mem_slots<V>(children: &Children<V>, mask: u16) -> u16 {
+    slots_in(mask)
+        .filter(|&i| matches!(children[i], Some(Child::Mem(..))))
+        .fold(0, |bits, i| bits | 1 << i)
+}
+
 /// Every slot: for a node built whole, whose children are not known to be hashed or pruned.
 const ALL_SLOTS: u16 = u16::MAX;
 
@@ -565,12 +572,7 @@ impl<V> Cell<V> {
     /// memory (`children` is this branch's box). A plain store, not a locked `or`: while the
     /// walk runs it is the only writer of the cells it visits (see `DirtyWalk::child`).
     fn walked(&self, children: &Children<V>, mask: u16) {
-        let mut bits = 0;
-        for i in slots_in(mask) {
-            if let Some(Child::Mem(..)) = &children[i] {
-                bits |= 1 << i;
-            }
-        }
+        let bits = mem_slots(children, mask);
         let old = self.walked_slots.load(Ordering::Relaxed);
         if old | bits != old {
             self.walked_slots.store(old | bits, Ordering::Relaxed);
@@ -1216,13 +1218,8 @@ impl<V: TrieValue> Trie<V> {
         if let Some(Child::Mem(cell, ..)) = &self.root {
             // Both halves' walks note their slots in the root, the one cell they share: a
             // locked `or`.
-            let mut bits = 0u16;
-            for i in slots_in(0x00ff << (half * 8)) {
-                if let Some(Child::Mem(..)) = &children[i] {
-                    bits |= 1 << i;
-                }
-            }
-            cell.walked_slots.fetch_or(bits, Ordering::Relaxed);
+            cell.walked_slots
+                .fetch_or(mem_slots(children, 0x00ff << (half * 8)), Ordering::Relaxed);
         }
         walk.children(children, 0x00ff << (half * 8));
     }
@@ -1939,12 +1936,13 @@ fn prune_slots<V: TrieValue>(
     keep: usize,
     dropped: &mut Vec<Child<V>>,
 ) -> u16 {
-    // As in `collect_dirty`: the children's misses overlap (a child marked stored in its slot
-    // is pruned without its cell, see `prune_mut`).
-    let marked = |len: &CopyLen| depth + 1 >= keep && len.stored_kind().is_some();
+    // A child at depth `d` whose slot marks it stored is pruned from its slot alone (see
+    // `prune_mut`): its cell is not asked for.
+    let from_slot = |d: usize, len: &CopyLen| d >= keep && len.stored_kind().is_some();
+    // As in `collect_dirty`: the children's misses overlap.
     for i in slots_in(mask) {
         if let Some(Child::Mem(c, len, _)) = &children[i - first] {
-            if !marked(len) {
+            if !from_slot(depth + 1, len) {
                 prefetch_cell(c);
             }
         }
@@ -1954,8 +1952,9 @@ fn prune_slots<V: TrieValue>(
     // with it), and then those slots' cells. A branch one level above the pruning depth has
     // one or two such slots, so a walk that went down child by child waited on each
     // grandchild's cell alone (three quarters of the pruning's samples, session 33); asked
-    // for here, the grandchildren of all the siblings overlap.
-    if depth + 1 < keep {
+    // for here, the grandchildren of all the siblings overlap. Three levels above the
+    // pruning depth the paths are asked for whole (below); that covers these two stages.
+    if depth + 1 < keep && depth + 3 != keep {
         for i in slots_in(mask) {
             if let Some(Child::Mem(c, ..)) = &children[i - first] {
                 if !c.has(PRUNED) {
@@ -1971,7 +1970,7 @@ fn prune_slots<V: TrieValue>(
                 if let Node::Branch { children } = &c.node {
                     for j in slots_in(c.prunable_slots()) {
                         if let Some(Child::Mem(g, len, _)) = &children[j] {
-                            if !(depth + 2 >= keep && len.stored_kind().is_some()) {
+                            if !from_slot(depth + 2, len) {
                                 prefetch_for_pruning(g);
                             }
                         }
@@ -1990,9 +1989,8 @@ fn prune_slots<V: TrieValue>(
                 _ => None,
             })
             .collect();
-        // Level 1 is the pruning depth: a child marked stored is pruned from its slot alone.
         prefetch_unpruned_paths(unpruned, 2, PRUNED, Cell::prunable_slots, |level, len| {
-            level == 0 || len.stored_kind().is_none()
+            !from_slot(depth + 2 + level, len)
         });
     }
     let mut left = 0;
