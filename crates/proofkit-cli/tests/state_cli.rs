@@ -209,10 +209,54 @@ fn bad_bench_flags_are_usage_errors() {
         ("--rows", "0"),
         ("--cached-levels", "65"),
         ("--commit-level", "sometimes"),
+        ("--prefault-gb", "nan"),
+        ("--prefault-gb", "2000"),
     ] {
         let o = proofkit(&["state", "bench", "--blocks", "2", flag, value]);
         assert_refused(&o, 2, flag);
     }
     let o = proofkit(&["state", "bench", "--blocks", "0"]);
     assert_refused(&o, 1, "must be positive");
+    let d = temp_dir("prefault-on-disk");
+    let o = proofkit(&[
+        "state",
+        "bench",
+        "--blocks",
+        "2",
+        "--prefault-gb",
+        "0.1",
+        "--path",
+        d.to_str().unwrap(),
+    ]);
+    assert_refused(&o, 2, "in-memory database");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_prefaulted_bench_is_resident_from_the_start_and_ends_at_the_same_root() {
+    let run = |prefault: &str| {
+        let o = proofkit(&[
+            "state",
+            "bench",
+            "--blocks",
+            "20",
+            "--accounts-per-block",
+            "50",
+            "--rows",
+            "1",
+            "--prefault-gb",
+            prefault,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap()
+    };
+    let (lazy, eager) = (run("0"), run("0.2"));
+    assert_eq!(lazy["info"]["final_root"], eager["info"]["final_root"]);
+    let open = eager["info"]["open_seconds"].as_str().unwrap();
+    assert!(open.ends_with("0.2 GB prefaulted)"), "{open}");
+    // 0.2 GB = 195,313 kB resident before the first block, whatever the run wrote.
+    let rss = |v: &Value| v["info"]["peak_rss_kb"].as_u64().unwrap();
+    assert!(rss(&eager) >= 195_313, "peak RSS {} kB", rss(&eager));
+    assert!(rss(&lazy) < 195_313, "peak RSS {} kB", rss(&lazy));
 }

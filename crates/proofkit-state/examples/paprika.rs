@@ -28,6 +28,7 @@ fn main() {
             .unwrap_or(6),
         pipeline: env("PK_PIPELINE", 1) != 0,
         keep_parent_states: env("PK_KEEP_PARENT_STATES", 0) != 0,
+        prefault_bytes: env::<usize>("PK_PREFAULT_MB", 0) << 20,
     };
     let start = std::time::Instant::now();
     println!("At Block | Avg speed (blocks/s) | Space used (GB) | New pages P90 | Pages reused P90 | Total pages P90 | peak RSS (KiB) | block ms (median) | CPU s | wall s");

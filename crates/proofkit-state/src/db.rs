@@ -81,6 +81,11 @@ pub struct DbOptions {
     /// For an in-memory database: the most address space its pages may take (0: 64 GiB;
     /// memory is only used as pages are written).
     pub memory_reserve: usize,
+    /// For an in-memory database: bytes of its pages backed with memory when it is opened (0:
+    /// none; pages are backed as they are first written). Paprika's in-memory database clears
+    /// its whole size at creation; this is that, for a run whose first touches of memory
+    /// should not be timed.
+    pub memory_prefault: usize,
     /// Nibbles of the account trie kept in memory above the page store after finalization
     /// (6: the ~1M depth-5 branches at 50M accounts and their children's references; the rest
     /// is loaded from the store when written through). The depths of
@@ -117,6 +122,7 @@ impl Default for DbOptions {
             commit_level: CommitLevel::FlushDataAndRoot,
             history: 0,
             memory_reserve: 0,
+            memory_prefault: 0,
             cached_levels: 6,
             verify_on_open: true,
             pipeline: false,
@@ -261,7 +267,7 @@ pub struct Db {
 impl Db {
     /// Opens the database in `dir` (created when absent), or in memory when `None`.
     pub fn open(dir: Option<&Path>, options: DbOptions) -> Result<Db, DbError> {
-        let store = Store::open_reserving(dir, options.memory_reserve)?;
+        let store = Store::open_with(dir, options.memory_reserve, options.memory_prefault)?;
         let meta = store.meta();
         if meta.version < crate::store::VERSION && meta.root_page != 0 {
             return Err(DbError::Store(crate::store::StoreError::NotAStore(

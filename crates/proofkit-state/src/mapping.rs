@@ -67,8 +67,9 @@ impl Pages {
         })
     }
 
-    /// Anonymous zeroed memory of up to `reserved` bytes, backed only where touched.
-    pub(crate) fn anonymous(reserved: usize) -> io::Result<Pages> {
+    /// Anonymous zeroed memory of up to `reserved` bytes, backed only where touched, and its
+    /// first `prefault` bytes backed at once ([`Pages::prefault`]).
+    pub(crate) fn anonymous(reserved: usize, prefault: usize) -> io::Result<Pages> {
         // SAFETY: as in `file`, without a file.
         let base = unsafe {
             libc::mmap(
@@ -91,11 +92,42 @@ impl Pages {
         // SAFETY: advice on the mapping just made, over exactly its range; it changes no
         // contents and no permission.
         unsafe { libc::madvise(base, reserved, libc::MADV_HUGEPAGE) };
-        Ok(Pages {
+        let pages = Pages {
             base: base.cast(),
             reserved,
             file: None,
-        })
+        };
+        pages.prefault(prefault)?;
+        Ok(pages)
+    }
+
+    /// Backs the first `bytes` of a fresh anonymous reservation with zeroed memory now, as
+    /// Paprika's in-memory database clears its whole size when it is made: the kernel's first
+    /// touch of a page (a fault, and zeroing a 2 MiB page; 0.45 GB/s on this VM, whose freed
+    /// memory goes back to the host) is then paid at open, not by the first writes. Returns
+    /// the bytes backed. Only `anonymous` calls it, on the reservation it has just made.
+    fn prefault(&self, bytes: usize) -> io::Result<usize> {
+        debug_assert!(self.file.is_none());
+        let len = bytes.min(self.reserved).div_ceil(PAGE) * PAGE;
+        if len == 0 {
+            return Ok(0);
+        }
+        // SAFETY: advice over a range inside the mapping made by `anonymous`; populating
+        // writes nothing a reader could see (the pages stay zero).
+        let r = unsafe { libc::madvise(self.base.cast(), len, libc::MADV_POPULATE_WRITE) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(e);
+            }
+            // A kernel before 5.14 (no MADV_POPULATE_WRITE): one write a page.
+            for o in (0..len).step_by(PAGE) {
+                // SAFETY: inside the reservation, made moments before by `anonymous`: no
+                // slice of it exists yet, and the byte written is the zero already there.
+                unsafe { std::ptr::write_volatile(self.base.add(o), 0) };
+            }
+        }
+        Ok(len)
     }
 
     /// Pages the reservation can hold.
@@ -188,6 +220,12 @@ mod tests {
     /// The `VmFlags` line of the mapping that holds `base`, from `/proc/self/smaps` (the kernel
     /// may merge a mapping with a neighbour of the same flags, such as another test's store).
     fn vm_flags(base: *mut u8) -> String {
+        smaps_line(base, "VmFlags:")
+    }
+
+    /// The first line starting with `field` in the `/proc/self/smaps` entry of the mapping
+    /// that holds `base`.
+    fn smaps_line(base: *mut u8, field: &str) -> String {
         let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
         let at = base as usize;
         let holds = |l: &str| {
@@ -203,9 +241,37 @@ mod tests {
         let mut lines = smaps.lines().skip_while(|l| !holds(l));
         assert!(lines.next().is_some(), "no mapping holds {at:#x}");
         lines
-            .find(|l| l.starts_with("VmFlags:"))
-            .expect("VmFlags line")
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} line"))
             .to_string()
+    }
+
+    /// Resident kB of the mapping that holds `base`.
+    fn rss_kb(base: *mut u8) -> usize {
+        let line = smaps_line(base, "Rss:");
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_prefaulted_reservation_is_resident_before_it_is_written() {
+        let mem = Pages::anonymous(64 << 20, 24 << 20).unwrap();
+        // The 24 MiB asked for, and no more than the reservation (a neighbouring mapping the
+        // kernel merged with it could add its own resident pages; the reservation's are all
+        // it has touched).
+        let rss = rss_kb(mem.base);
+        assert!(rss >= 24 << 10, "Rss {rss} kB");
+        assert!(
+            mem.page(0).iter().all(|&b| b == 0),
+            "prefaulted pages read as zeros"
+        );
+        assert!(mem.page(6143).iter().all(|&b| b == 0));
+        assert_eq!(mem.prefault(0).unwrap(), 0);
+        // Clamped to the reservation.
+        assert_eq!(mem.prefault(1 << 40).unwrap(), 64 << 20);
+        drop(mem);
+        let lazy = Pages::anonymous(64 << 20, 0).unwrap();
+        let rss = rss_kb(lazy.base);
+        assert!(rss < 24 << 10, "Rss {rss} kB with nothing written");
     }
 
     #[test]
@@ -226,7 +292,7 @@ mod tests {
         assert!(flags.split_whitespace().any(|f| f == "rr"), "{flags}");
         drop(pages);
         std::fs::remove_dir_all(&dir).unwrap();
-        let mem = Pages::anonymous(64 << 20).unwrap();
+        let mem = Pages::anonymous(64 << 20, 0).unwrap();
         let flags = vm_flags(mem.base);
         // `hg`: MADV_HUGEPAGE; only where the kernel has transparent huge pages.
         if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {

@@ -1771,6 +1771,17 @@ impl Store {
     /// [`Store::open`], reserving `reserve` bytes of address space up front for an in-memory
     /// store (pages are only backed once touched), so that it need not be copied as it grows.
     pub fn open_reserving(dir: Option<&Path>, reserve: usize) -> Result<Store, StoreError> {
+        Store::open_with(dir, reserve, 0)
+    }
+
+    /// [`Store::open_reserving`], an in-memory store's first `prefault` bytes backed with
+    /// memory at open (as Paprika's in-memory database clears its whole size when it is made),
+    /// so that the pages it grows into cost no fault as they are written. Ignored on disk.
+    pub fn open_with(
+        dir: Option<&Path>,
+        reserve: usize,
+        prefault: usize,
+    ) -> Result<Store, StoreError> {
         let initial = 4096 * PAGE;
         let (pages, meta, backed) = match dir {
             None => {
@@ -1779,7 +1790,7 @@ impl Store {
                 } else {
                     reserve
                 };
-                let pages = Pages::anonymous(reserve.max(initial).div_ceil(PAGE) * PAGE)?;
+                let pages = Pages::anonymous(reserve.max(initial).div_ceil(PAGE) * PAGE, prefault)?;
                 (pages, Meta::empty(), reserve)
             }
             Some(dir) => {
