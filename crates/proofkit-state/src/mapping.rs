@@ -105,7 +105,8 @@ impl Pages {
     /// Paprika's in-memory database clears its whole size when it is made: the kernel's first
     /// touch of a page (a fault, and zeroing a 2 MiB page; 0.45 GB/s on this VM, whose freed
     /// memory goes back to the host) is then paid at open, not by the first writes. Returns
-    /// the bytes backed. Only `anonymous` calls it, on the reservation it has just made.
+    /// the bytes backed. `anonymous` calls it on the reservation it has just made (the tests
+    /// call it again, with no slice of the mapping alive).
     fn prefault(&self, bytes: usize) -> io::Result<usize> {
         debug_assert!(self.file.is_none());
         let len = bytes.min(self.reserved).div_ceil(PAGE) * PAGE;
@@ -122,8 +123,9 @@ impl Pages {
             }
             // A kernel before 5.14 (no MADV_POPULATE_WRITE): one write a page.
             for o in (0..len).step_by(PAGE) {
-                // SAFETY: inside the reservation, made moments before by `anonymous`: no
-                // slice of it exists yet, and the byte written is the zero already there.
+                // SAFETY: inside the reservation, and no slice of it is alive (see the doc:
+                // a fresh reservation, or the tests' between reads); the byte written is the
+                // zero already there.
                 unsafe { std::ptr::write_volatile(self.base.add(o), 0) };
             }
         }
