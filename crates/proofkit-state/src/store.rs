@@ -1761,6 +1761,139 @@ impl RunWalk {
 /// Sorted (key, value) pairs borrowed from a page copy and a batch.
 type Entries<'a> = Vec<(&'a [u8], &'a [u8])>;
 
+/// The old tree's pages that the next writes' rewrites will read, asked for while the current
+/// leaf is rewritten (hints only: nothing is changed, every page id is bounds-checked, and a
+/// page that is not a branch or a leaf ends its lane).
+///
+/// A finalization's page writes visit ~30,000 leaves in key order, nearly each under a branch
+/// page of its own: every rewrite began with a chain of cold misses (the branch's children, the
+/// leaf's kind, its entries) that the prefetch of the next child in the same branch does not
+/// hide, since a depth-2 branch rarely has a second. Here each write a few leaves ahead
+/// descends the old tree one level per leaf rewritten (a lane), asking for the lines its next
+/// step reads, so that the misses of several leaves overlap with the rewrites before them.
+struct WriteAhead<'a, 'w> {
+    writes: &'a [Write<'w>],
+    root: u32,
+    /// The next write to start a lane for.
+    next: usize,
+    /// The routing bytes of the last write a lane was started for: writes that share them
+    /// (an account, its slots, the records beside it) mostly go to the same leaf.
+    last: Option<([u8; 3], usize)>,
+    lanes: VecDeque<Lane>,
+    /// The branch page whose children were last asked for, by depth.
+    asked: [u32; 4],
+}
+
+#[derive(Clone, Copy)]
+struct Lane {
+    page: u32,
+    depth: u8,
+    /// Lines of the leaf asked for so far.
+    lines: u8,
+    write: u32,
+}
+
+impl<'a, 'w> WriteAhead<'a, 'w> {
+    /// Writes ahead of the one being applied whose leaves are asked for (about eight leaves:
+    /// a write of the benchmark's is an account, its slot or a record beside them).
+    const WRITES: usize = 24;
+    /// Lines of a leaf asked for at each step once a lane reaches it (all of them over four
+    /// steps: a splice copies the whole leaf).
+    const LEAF_LINES: usize = 16;
+    /// Allocations ahead of the next one whose free page is asked for.
+    const FREE_AHEAD: usize = 4;
+
+    fn new(root: u32, writes: &'a [Write<'w>]) -> Self {
+        WriteAhead {
+            writes,
+            root,
+            next: 0,
+            last: None,
+            lanes: VecDeque::with_capacity(2 * Self::WRITES),
+            asked: [0; 4],
+        }
+    }
+
+    /// Called as the writes from `at` on are applied to their leaf: asks for the free page
+    /// the allocations will soon take (`free`, the store's free list), starts lanes for the
+    /// writes up to `Self::WRITES` ahead, and moves every lane one step down the old tree.
+    fn step(&mut self, view: &View, free: &[u32], at: usize) {
+        if self.root == 0 {
+            return;
+        }
+        // The page the allocations a few leaves on will take (`Store::alloc` pops the free
+        // list): a rewrite writes all of it, and a store to a line not in the cache reads the
+        // line first, one miss after another once the store buffer is full. A line read by
+        // this core alone arrives exclusive, so the stores need nothing more (`prefetchw`
+        // would need a build for PRFCHW; without it the compiler emits this read prefetch).
+        if let Some(&f) = free
+            .len()
+            .checked_sub(1 + Self::FREE_AHEAD)
+            .map(|i| &free[i])
+        {
+            for line in 0..PAGE / 64 {
+                view.pages.prefetch(f, 64 * line);
+            }
+        }
+        let end = self.writes.len().min(at + Self::WRITES);
+        while self.next < end {
+            let i = self.next;
+            self.next += 1;
+            let k = self.writes[i].key();
+            let mut routing = [0u8; 3];
+            let n = k.len().min(3);
+            routing[..n].copy_from_slice(&k[..n]);
+            if i < at || self.last == Some((routing, n)) {
+                continue;
+            }
+            self.last = Some((routing, n));
+            self.lanes.push_back(Lane {
+                page: self.root,
+                depth: 0,
+                lines: 0,
+                write: i as u32,
+            });
+        }
+        let (writes, asked) = (self.writes, &mut self.asked);
+        self.lanes.retain_mut(|lane| {
+            let id = lane.page;
+            if (lane.write as usize) < at || id < 2 || id >= view.page_count {
+                return false;
+            }
+            let p = view.page(id);
+            match p[0] {
+                BRANCH => {
+                    let depth = lane.depth as usize;
+                    if asked.get(depth).is_some_and(|&a| a != id) {
+                        // The rewrite reads all of the branch's children.
+                        asked[depth] = id;
+                        for line in (0..HEADER + 4 * FANOUT).step_by(64) {
+                            view.pages.prefetch(id, line);
+                        }
+                    }
+                    let key = writes[lane.write as usize].key();
+                    let c = view.child(id, slot(key, depth));
+                    view.pages.prefetch(c, 0);
+                    view.pages.prefetch(c, HEADER + 4 * slot(key, depth + 1));
+                    lane.page = c;
+                    lane.depth += 1;
+                    c != 0
+                }
+                LEAF => {
+                    let from = lane.lines as usize;
+                    let to = (from + Self::LEAF_LINES).min(PAGE / 64);
+                    for line in from.max(1)..to {
+                        view.pages.prefetch(id, 64 * line);
+                    }
+                    lane.lines = to as u8;
+                    to < PAGE / 64
+                }
+                _ => false,
+            }
+        });
+    }
+}
+
 impl Store {
     /// Opens (creating when absent) the store in directory `dir`, or an in-memory store (an
     /// anonymous mapping, nothing persisted) when `dir` is `None`.
@@ -2638,7 +2771,8 @@ impl Store {
                 .then(a.rank().cmp(&b.rank()))
         });
         let writes: Vec<Write> = by_head.into_iter().map(|(_, w)| w).collect();
-        self.root_page = self.apply_page(self.root_page, 0, &writes)?;
+        let mut ahead = WriteAhead::new(self.root_page, &writes);
+        self.root_page = self.apply_page(self.root_page, 0, &writes, 0, &mut ahead)?;
         Ok(())
     }
 
@@ -2648,7 +2782,15 @@ impl Store {
         self.scratch.take().unwrap_or_default()
     }
 
-    fn apply_page(&mut self, id: u32, depth: usize, ops: &[Write]) -> Result<u32, StoreError> {
+    /// `ops` are the batch's writes `first..` (`ahead` walks the old tree ahead of them).
+    fn apply_page(
+        &mut self,
+        id: u32,
+        depth: usize,
+        ops: &[Write],
+        first: usize,
+        ahead: &mut WriteAhead,
+    ) -> Result<u32, StoreError> {
         if ops.is_empty() {
             return Ok(id);
         }
@@ -2665,7 +2807,7 @@ impl Store {
             if p.len() <= depth {
                 // Everything under this page starts with `p`.
                 self.release_subtree(id)?;
-                return self.apply_page(0, depth, &ops[1..]);
+                return self.apply_page(0, depth, &ops[1..], first + 1, ahead);
             }
         }
         // Only deletes shrink a subtree; without them nothing is small enough to merge.
@@ -2699,7 +2841,7 @@ impl Store {
                 }
             }
             if c != 0 && self.kind(c)? == BRANCH {
-                new[s] = self.apply_page(c, depth + 1, &ops[i..j])?;
+                new[s] = self.apply_page(c, depth + 1, &ops[i..j], first + i, ahead)?;
                 let n = new[s];
                 if deletes && n != 0 && self.kind(n)? == LEAF && self.leaf_bytes(n)? < MERGE_BELOW {
                     // The branch collapsed into a small leaf: merge it like any other.
@@ -2712,6 +2854,7 @@ impl Store {
                     r?;
                 }
             } else {
+                ahead.step(&self.view(), &self.free, first + i);
                 // Untouched by this batch (no op in its slots), a right neighbour may join.
                 let next_op_slot = ops.get(j).map_or(FANOUT, |o| slot(o.key(), depth));
                 if c != 0 {
@@ -5082,6 +5225,89 @@ mod tests {
         s.commit(20, [5; 32], CommitLevel::None).unwrap();
         let report = s.check().unwrap();
         assert_eq!((report.branch_pages, report.leaf_pages), (0, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The lanes of [`WriteAhead`] reach the leaf a lookup of their write's key reaches, and
+    /// on damaged branch pages (children out of range, pages of another kind) they end, and
+    /// the writes give an error, never a panic.
+    #[test]
+    fn the_write_ahead_lanes_reach_the_leaves_of_their_keys_and_end_on_damage() {
+        let keys: Vec<Vec<u8>> = (0..60_000u32)
+            .map(|i| keccak256(&i.to_le_bytes()).to_vec())
+            .collect();
+        let dir = std::env::temp_dir().join(format!("pk-store-ahead-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = Store::open(Some(&dir)).unwrap();
+        s.apply(
+            keys.iter()
+                .map(|k| Op::Put(k.clone(), vec![7; 60]))
+                .collect(),
+        )
+        .unwrap();
+        s.commit(1, [1; 32], CommitLevel::None).unwrap();
+        let report = s.check().unwrap();
+        assert!(report.branch_pages > 256, "a tree of three levels");
+
+        let mut batch: Vec<Vec<u8>> = (0..500u32)
+            .map(|i| keccak256(&(i + 1_000_000).to_le_bytes()).to_vec())
+            .collect();
+        batch.sort();
+        let writes: Vec<Write> = batch.iter().map(|k| Write::Put(k, &[1; 8])).collect();
+        let view = s.view();
+        let mut ahead = WriteAhead::new(view.root, &writes);
+        let (mut checked, mut at) = (0, 0);
+        while at < writes.len() {
+            ahead.step(&view, &s.free, at);
+            for lane in ahead.lanes.iter().filter(|l| l.lines > 0) {
+                let key = writes[lane.write as usize].key();
+                assert_eq!(
+                    lane.page,
+                    view.leaf_for(key).unwrap(),
+                    "write {}",
+                    lane.write
+                );
+                checked += 1;
+            }
+            at += 3;
+        }
+        assert!(checked > 300, "{checked} lanes checked at their leaves");
+        drop(s);
+
+        // Every child slot of every depth-1 branch page (the level above the leaves)
+        // overwritten: pages out of range, the meta page, a page of no kind the tree has.
+        // Applying writes is an error, not a panic.
+        let file = dir.join(FILE_NAME);
+        let clean = std::fs::read(&file).unwrap();
+        for (n, bad) in [0xffff_fff0u32, 1, 3].into_iter().enumerate() {
+            let mut bytes = clean.clone();
+            let mut damaged = 0;
+            for page in bytes.chunks_mut(PAGE).skip(2) {
+                if page[0] == BRANCH && page[1] == 1 {
+                    for c in 0..FANOUT {
+                        let o = HEADER + 4 * c;
+                        if page[o..o + 4] != [0; 4] {
+                            page[o..o + 4].copy_from_slice(&bad.to_le_bytes());
+                        }
+                    }
+                    damaged += 1;
+                }
+            }
+            assert!(damaged > 0);
+            if n == 2 {
+                // Page 3 made a page of no kind the tree has.
+                bytes[3 * PAGE] = 9;
+            }
+            std::fs::write(&file, &bytes).unwrap();
+            let mut s = Store::open(Some(&dir)).unwrap();
+            let r = s.apply(
+                batch
+                    .iter()
+                    .map(|k| Op::Put(k.clone(), vec![2; 8]))
+                    .collect(),
+            );
+            assert!(matches!(r, Err(StoreError::Corrupt(_))), "{bad}: {r:?}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
