@@ -1862,7 +1862,8 @@ impl<'a, 'w> WriteAhead<'a, 'w> {
             }
             let p = view.page(id);
             match p[0] {
-                BRANCH => {
+                // A branch off its level (a damaged store) ends the lane.
+                BRANCH if p[1] == lane.depth => {
                     let depth = lane.depth as usize;
                     if asked.get(depth).is_some_and(|&a| a != id) {
                         // The rewrite reads all of the branch's children.
@@ -2189,13 +2190,13 @@ impl Store {
         }
     }
 
-    fn release_subtree(&mut self, id: u32) -> Result<(), StoreError> {
+    fn release_subtree(&mut self, id: u32, depth: usize) -> Result<(), StoreError> {
         if id == 0 {
             return Ok(());
         }
-        if self.kind(id)? == BRANCH {
+        if self.view().branch_at(id, depth)? {
             for (_, _, c) in runs(&self.children(id)) {
-                self.release_subtree(c)?;
+                self.release_subtree(c, depth + 1)?;
             }
         }
         self.release(id);
@@ -2283,6 +2284,21 @@ impl View<'_> {
         }
     }
 
+    /// Whether page `id`, reached at `depth`, is a branch (else a leaf); a branch whose depth
+    /// byte is not `depth` is an error. A damaged store can link a branch below its own level
+    /// (to an ancestor, say), and a descent would then go round forever.
+    fn branch_at(&self, id: u32, depth: usize) -> Result<bool, StoreError> {
+        if self.kind(id)? != BRANCH {
+            return Ok(false);
+        }
+        match self.page(id)[1] as usize {
+            d if d == depth => Ok(true),
+            d => Err(StoreError::Corrupt(format!(
+                "branch page {id} has depth {d} at depth {depth}"
+            ))),
+        }
+    }
+
     fn children(&self, id: u32) -> [u32; FANOUT] {
         let p = self.page(id);
         std::array::from_fn(|i| {
@@ -2322,7 +2338,7 @@ impl View<'_> {
     fn leaf_for(&self, key: &[u8]) -> Result<u32, StoreError> {
         let mut id = self.root;
         let mut depth = 0;
-        while id != 0 && self.kind(id)? == BRANCH {
+        while id != 0 && self.branch_at(id, depth)? {
             id = self.child(id, slot(key, depth));
             depth += 1;
         }
@@ -2409,7 +2425,7 @@ impl View<'_> {
         loop {
             let mut descended = false;
             for (i, (id, depth)) in group.clone().zip(ids.iter_mut()) {
-                if *id == 0 || self.kind(*id)? != BRANCH {
+                if *id == 0 || !self.branch_at(*id, *depth)? {
                     continue;
                 }
                 let key = keys[i];
@@ -2538,7 +2554,7 @@ impl View<'_> {
         if id == 0 {
             return Ok(true);
         }
-        if self.kind(id)? == BRANCH {
+        if self.branch_at(id, depth)? {
             let start = from.map_or(0, |k| slot(k, depth));
             for (lo, hi, c) in runs(&self.children(id)) {
                 if hi < start || c == 0 {
@@ -2806,7 +2822,7 @@ impl Store {
         if let Write::DelPrefix(p) = &ops[0] {
             if p.len() <= depth {
                 // Everything under this page starts with `p`.
-                self.release_subtree(id)?;
+                self.release_subtree(id, depth)?;
                 return self.apply_page(0, depth, &ops[1..], first + 1, ahead);
             }
         }
@@ -2840,7 +2856,7 @@ impl Store {
                     }
                 }
             }
-            if c != 0 && self.kind(c)? == BRANCH {
+            if c != 0 && self.view().branch_at(c, depth + 1)? {
                 new[s] = self.apply_page(c, depth + 1, &ops[i..j], first + i, ahead)?;
                 let n = new[s];
                 if deletes && n != 0 && self.kind(n)? == LEAF && self.leaf_bytes(n)? < MERGE_BELOW {
@@ -5307,6 +5323,67 @@ mod tests {
                     .collect(),
             );
             assert!(matches!(r, Err(StoreError::Corrupt(_))), "{bad}: {r:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A damaged store whose branch pages link back up the tree (to the root, or to
+    /// themselves) gives an error on every descent: lookups, batched lookups, scans, writes,
+    /// deletes of a prefix and `check`. Before the branches' depth bytes were checked on the
+    /// way down, a lookup went round such a cycle forever.
+    #[test]
+    fn a_branch_linked_above_its_level_is_an_error_not_a_hang() {
+        let keys: Vec<Vec<u8>> = (0..60_000u32)
+            .map(|i| keccak256(&i.to_le_bytes()).to_vec())
+            .collect();
+        let dir = std::env::temp_dir().join(format!("pk-store-cycle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = Store::open(Some(&dir)).unwrap();
+        s.apply(
+            keys.iter()
+                .map(|k| Op::Put(k.clone(), vec![7; 60]))
+                .collect(),
+        )
+        .unwrap();
+        s.commit(1, [1; 32], CommitLevel::None).unwrap();
+        let root = s.meta().root_page;
+        drop(s);
+        let file = dir.join(FILE_NAME);
+        let clean = std::fs::read(&file).unwrap();
+        for to_root in [true, false] {
+            let mut bytes = clean.clone();
+            for (id, page) in bytes.chunks_mut(PAGE).enumerate().skip(2) {
+                if page[0] == BRANCH && page[1] == 1 {
+                    let to = if to_root { root } else { id as u32 };
+                    for c in 0..FANOUT {
+                        let o = HEADER + 4 * c;
+                        if page[o..o + 4] != [0; 4] {
+                            page[o..o + 4].copy_from_slice(&to.to_le_bytes());
+                        }
+                    }
+                }
+            }
+            std::fs::write(&file, &bytes).unwrap();
+            let (dir, keys) = (dir.clone(), keys.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let corrupt = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Corrupt(_)));
+                let mut s = Store::open(Some(&dir)).unwrap();
+                let key = &keys[0][..];
+                let results = [
+                    corrupt(s.get(key).map(drop)),
+                    corrupt(s.get_many(&[key], |_, _| {})),
+                    corrupt(s.scan_from(key, |_, _| true)),
+                    corrupt(s.check().map(drop)),
+                    corrupt(s.apply(vec![Op::DelPrefix(key[..3].to_vec())])),
+                    corrupt(s.apply(vec![Op::Put(key.to_vec(), vec![1])])),
+                ];
+                let _ = tx.send(results);
+            });
+            let results = rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("every descent returned");
+            assert_eq!(results, [true; 6], "linked to the root: {to_root}");
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
