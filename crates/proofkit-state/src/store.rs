@@ -2285,8 +2285,9 @@ impl View<'_> {
     }
 
     /// Whether page `id`, reached at `depth`, is a branch (else a leaf); a branch whose depth
-    /// byte is not `depth` is an error. A damaged store can link a branch below its own level
-    /// (to an ancestor, say), and a descent would then go round forever.
+    /// byte is not `depth` is an error. A damaged store can link a branch page to one above it
+    /// (an ancestor, or itself): a scan then recursed round the cycle until the stack
+    /// overflowed, and lookups and writes followed it.
     fn branch_at(&self, id: u32, depth: usize) -> Result<bool, StoreError> {
         if self.kind(id)? != BRANCH {
             return Ok(false);
@@ -5330,7 +5331,7 @@ mod tests {
     /// A damaged store whose branch pages link back up the tree (to the root, or to
     /// themselves) gives an error on every descent: lookups, batched lookups, scans, writes,
     /// deletes of a prefix and `check`. Before the branches' depth bytes were checked on the
-    /// way down, a lookup went round such a cycle forever.
+    /// way down, a scan recursed round such a cycle until the stack overflowed.
     #[test]
     fn a_branch_linked_above_its_level_is_an_error_not_a_hang() {
         let keys: Vec<Vec<u8>> = (0..60_000u32)
