@@ -5245,15 +5245,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The lanes of [`WriteAhead`] reach the leaf a lookup of their write's key reaches, and
-    /// on damaged branch pages (children out of range, pages of another kind) they end, and
-    /// the writes give an error, never a panic.
-    #[test]
-    fn the_write_ahead_lanes_reach_the_leaves_of_their_keys_and_end_on_damage() {
+    /// A store on disk in a fresh directory named for `name`, of 60,000 hashed keys (a root
+    /// branch, depth-1 branches, leaves), committed; with its directory and keys.
+    fn three_level_store(name: &str) -> (std::path::PathBuf, Store, Vec<Vec<u8>>) {
         let keys: Vec<Vec<u8>> = (0..60_000u32)
             .map(|i| keccak256(&i.to_le_bytes()).to_vec())
             .collect();
-        let dir = std::env::temp_dir().join(format!("pk-store-ahead-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("pk-store-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut s = Store::open(Some(&dir)).unwrap();
         s.apply(
@@ -5263,6 +5261,34 @@ mod tests {
         )
         .unwrap();
         s.commit(1, [1; 32], CommitLevel::None).unwrap();
+        (dir, s, keys)
+    }
+
+    /// Sets every used child slot of every depth-1 branch page in the file image `bytes` to
+    /// `to(page id)`; returns how many pages it changed.
+    fn relink_depth1_children(bytes: &mut [u8], to: impl Fn(u32) -> u32) -> usize {
+        let mut changed = 0;
+        for (id, page) in bytes.chunks_mut(PAGE).enumerate().skip(2) {
+            if page[0] == BRANCH && page[1] == 1 {
+                let to = to(id as u32).to_le_bytes();
+                for c in 0..FANOUT {
+                    let o = HEADER + 4 * c;
+                    if page[o..o + 4] != [0; 4] {
+                        page[o..o + 4].copy_from_slice(&to);
+                    }
+                }
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    /// The lanes of [`WriteAhead`] reach the leaf a lookup of their write's key reaches, and
+    /// on damaged branch pages (children out of range, pages of another kind) they end, and
+    /// the writes give an error, never a panic.
+    #[test]
+    fn the_write_ahead_lanes_reach_the_leaves_of_their_keys_and_end_on_damage() {
+        let (dir, s, _) = three_level_store("ahead");
         let report = s.check().unwrap();
         assert!(report.branch_pages > 256, "a tree of three levels");
 
@@ -5298,19 +5324,7 @@ mod tests {
         let clean = std::fs::read(&file).unwrap();
         for (n, bad) in [0xffff_fff0u32, 1, 3].into_iter().enumerate() {
             let mut bytes = clean.clone();
-            let mut damaged = 0;
-            for page in bytes.chunks_mut(PAGE).skip(2) {
-                if page[0] == BRANCH && page[1] == 1 {
-                    for c in 0..FANOUT {
-                        let o = HEADER + 4 * c;
-                        if page[o..o + 4] != [0; 4] {
-                            page[o..o + 4].copy_from_slice(&bad.to_le_bytes());
-                        }
-                    }
-                    damaged += 1;
-                }
-            }
-            assert!(damaged > 0);
+            assert!(relink_depth1_children(&mut bytes, |_| bad) > 0);
             if n == 2 {
                 // Page 3 made a page of no kind the tree has.
                 bytes[3 * PAGE] = 9;
@@ -5334,36 +5348,15 @@ mod tests {
     /// way down, a scan recursed round such a cycle until the stack overflowed.
     #[test]
     fn a_branch_linked_above_its_level_is_an_error_not_a_hang() {
-        let keys: Vec<Vec<u8>> = (0..60_000u32)
-            .map(|i| keccak256(&i.to_le_bytes()).to_vec())
-            .collect();
-        let dir = std::env::temp_dir().join(format!("pk-store-cycle-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut s = Store::open(Some(&dir)).unwrap();
-        s.apply(
-            keys.iter()
-                .map(|k| Op::Put(k.clone(), vec![7; 60]))
-                .collect(),
-        )
-        .unwrap();
-        s.commit(1, [1; 32], CommitLevel::None).unwrap();
+        let (dir, s, keys) = three_level_store("cycle");
         let root = s.meta().root_page;
         drop(s);
         let file = dir.join(FILE_NAME);
         let clean = std::fs::read(&file).unwrap();
         for to_root in [true, false] {
             let mut bytes = clean.clone();
-            for (id, page) in bytes.chunks_mut(PAGE).enumerate().skip(2) {
-                if page[0] == BRANCH && page[1] == 1 {
-                    let to = if to_root { root } else { id as u32 };
-                    for c in 0..FANOUT {
-                        let o = HEADER + 4 * c;
-                        if page[o..o + 4] != [0; 4] {
-                            page[o..o + 4].copy_from_slice(&to.to_le_bytes());
-                        }
-                    }
-                }
-            }
+            let to = |id| if to_root { root } else { id };
+            assert!(relink_depth1_children(&mut bytes, to) > 0);
             std::fs::write(&file, &bytes).unwrap();
             let (dir, keys) = (dir.clone(), keys.clone());
             let (tx, rx) = std::sync::mpsc::channel();
