@@ -1790,7 +1790,8 @@ struct Lane {
     depth: u8,
     /// Lines of the leaf asked for so far.
     lines: u8,
-    write: u32,
+    /// The write (an index into the batch) whose path the lane follows.
+    write: usize,
 }
 
 impl<'a, 'w> WriteAhead<'a, 'w> {
@@ -1851,13 +1852,13 @@ impl<'a, 'w> WriteAhead<'a, 'w> {
                 page: self.root,
                 depth: 0,
                 lines: 0,
-                write: i as u32,
+                write: i,
             });
         }
         let (writes, asked) = (self.writes, &mut self.asked);
         self.lanes.retain_mut(|lane| {
             let id = lane.page;
-            if (lane.write as usize) < at || id < 2 || id >= view.page_count {
+            if lane.write < at || id < 2 || id >= view.page_count {
                 return false;
             }
             let p = view.page(id);
@@ -1872,7 +1873,7 @@ impl<'a, 'w> WriteAhead<'a, 'w> {
                             view.pages.prefetch(id, line);
                         }
                     }
-                    let key = writes[lane.write as usize].key();
+                    let key = writes[lane.write].key();
                     let c = view.child(id, slot(key, depth));
                     view.pages.prefetch(c, 0);
                     view.pages.prefetch(c, HEADER + 4 * slot(key, depth + 1));
@@ -5303,7 +5304,7 @@ mod tests {
         while at < writes.len() {
             ahead.step(&view, &s.free, at);
             for lane in ahead.lanes.iter().filter(|l| l.lines > 0) {
-                let key = writes[lane.write as usize].key();
+                let key = writes[lane.write].key();
                 assert_eq!(
                     lane.page,
                     view.leaf_for(key).unwrap(),
