@@ -414,9 +414,89 @@ fn prefetch_line<const TO_L1: bool>(addr: *const u8) {
     let _ = addr;
 }
 
+/// Copies `src` into `dst` (equal lengths, a multiple of 64 bytes, `dst` 64-byte aligned) with
+/// non-temporal stores: the destination's lines are written without being read first. For a
+/// page written once and not read again soon (a copy-on-write page store's new page), a plain
+/// store first reads each line it writes (a read for ownership), so the copy moves twice the
+/// bytes it writes through the memory bus; the streaming stores move them once, and leave the
+/// caches to the data still being read. Call [`streaming_fence`] before another thread may
+/// read `dst`: streaming stores are weakly ordered, and a release store does not order them.
+/// `PROOFKIT_FORCE_PORTABLE=1` (or another architecture) makes it a plain copy.
+#[inline]
+pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_streaming: lengths differ");
+    assert!(
+        dst.len().is_multiple_of(64) && (dst.as_ptr() as usize).is_multiple_of(64),
+        "copy_streaming: the destination is not whole aligned lines"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if !streaming_forced_portable() {
+        // SAFETY: SSE2 is part of the x86-64 baseline; every load reads 16 bytes inside `src`
+        // and every store writes 16 bytes inside `dst` (equal lengths, multiples of 64,
+        // asserted above), each store's address 16-byte aligned as MOVNTDQ requires (`dst` is
+        // 64-byte aligned); `&mut dst` and `&src` cannot overlap.
+        unsafe {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            let (d, s) = (
+                dst.as_mut_ptr() as *mut __m128i,
+                src.as_ptr() as *const __m128i,
+            );
+            for i in 0..dst.len() / 16 {
+                _mm_stream_si128(d.add(i), _mm_loadu_si128(s.add(i)));
+            }
+        }
+        return;
+    }
+    dst.copy_from_slice(src);
+}
+
+/// Orders the streaming stores of [`copy_streaming`] before every later store (SFENCE): once
+/// it returns, a release store (a lock, an atomic) publishes them like any other write.
+#[inline]
+pub fn streaming_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SFENCE has no operands and cannot fault; SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+/// Whether `PROOFKIT_FORCE_PORTABLE` asked for plain copies (read once).
+fn streaming_forced_portable() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| crate::cpu::env_flag("PROOFKIT_FORCE_PORTABLE"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_copy_writes_what_a_plain_copy_writes() {
+        // The same bytes whichever path runs (under PROOFKIT_FORCE_PORTABLE=1 the plain copy).
+        let mut dst = LargeBuffer::new(3 * 4096, PagePolicy::SmallOnly).unwrap();
+        let src: Vec<u8> = (0..3 * 4096 + 7).map(|i| (i * 131 % 251) as u8).collect();
+        for (offset, len) in [(0, 4096), (4096, 64), (4096 + 64, 8192 - 64), (128, 0)] {
+            // An unaligned source: the loads need no alignment.
+            let from = &src[7..7 + len];
+            copy_streaming(&mut dst.as_mut_slice()[offset..offset + len], from);
+            streaming_fence();
+            assert_eq!(&dst.as_slice()[offset..offset + len], from);
+        }
+    }
+
+    #[test]
+    fn streaming_copy_refuses_unaligned_destinations() {
+        let mut dst = LargeBuffer::new(4096, PagePolicy::SmallOnly).unwrap();
+        let src = [1u8; 128];
+        let d = dst.as_mut_slice();
+        for (offset, len) in [(8, 64), (0, 100)] {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                copy_streaming(&mut d[offset..offset + len], &src[..len])
+            }));
+            assert!(r.is_err(), "offset {offset}, {len} bytes");
+        }
+    }
 
     #[test]
     fn small_pages_are_zeroed_and_writable() {

@@ -71,6 +71,7 @@ use crate::keccak::{keccak256, B256, EMPTY_ROOT};
 /// Bytes in a page.
 pub const PAGE: usize = crate::mapping::PAGE;
 use crate::mapping::Pages;
+use proofkit_core::memory::copy_streaming;
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -416,6 +417,8 @@ pub struct Store {
     scratch: Option<Decoded>,
     /// See [`Store::split_spliced`].
     split_scratch: Option<SplitScratch>,
+    /// The page a leaf is spliced into before it is streamed out ([`Store::splice`]).
+    splice_buf: Option<Box<PageBuf>>,
     /// Whether an overflowing leaf is split by copying its entries' bytes
     /// ([`Store::split_spliced`]) rather than decoded and repacked (tests turn it off to
     /// compare the two).
@@ -1179,17 +1182,18 @@ impl Decoded {
 /// an error, and `p` partly written, when they do not fit (the packing sizes every leaf to fit:
 /// a bug there must not write past the page).
 fn encode_leaf(depth: usize, entries: &[(&[u8], &[u8])], p: &mut [u8]) -> Result<(), StoreError> {
-    encode_leaf_shared(depth, entries, &EntrySizes::of(entries).shared, p)
+    encode_leaf_shared(depth, entries, &EntrySizes::of(entries).shared, p).map(|_| ())
 }
 
 /// [`encode_leaf`] with each key's bytes shared with the key before it given (`shared[i]` for
-/// entry `i`; the first entry's is taken as 0, its key stored in full).
+/// entry `i`; the first entry's is taken as 0, its key stored in full). Returns the bytes of
+/// the page written (header, restart table and entries).
 fn encode_leaf_shared(
     depth: usize,
     entries: &[(&[u8], &[u8])],
     shared: &[u8],
     p: &mut [u8],
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
     debug_assert_eq!(entries.len(), shared.len());
     let mut w = LeafWriter::new(depth, p);
     for (i, (&(k, v), &n)) in entries.iter().zip(shared).enumerate() {
@@ -1201,8 +1205,9 @@ fn encode_leaf_shared(
             )));
         }
     }
+    let used = LEAF_ENTRIES + w.bytes();
     w.finish();
-    Ok(())
+    Ok(used)
 }
 
 /// Writes a leaf page's entries in key order into its bytes `p`, choosing its restart points
@@ -1646,6 +1651,34 @@ fn splice_leaf(
     Ok(Some(bytes))
 }
 
+/// A page's bytes aligned as a page of the store is to cache lines (what
+/// [`proofkit_core::memory::copy_streaming`] needs of its destination, and lets its source
+/// lines match the destination's).
+#[repr(C, align(64))]
+struct PageBuf([u8; PAGE]);
+
+impl PageBuf {
+    fn new() -> Box<Self> {
+        Box::new(PageBuf([0; PAGE]))
+    }
+}
+
+/// Streams the first `used` bytes of leaf `buf` into `page` ([`copy_streaming`]): only the
+/// lines they reach (nothing reads a leaf past its entries), the last line's tail zeroed, so
+/// that the same entries give the same page whatever the buffer held before.
+fn stream_leaf(page: &mut [u8], buf: &mut [u8; PAGE], used: usize) {
+    let end = used.next_multiple_of(64);
+    buf[used..end].fill(0);
+    copy_streaming(&mut page[..end], &buf[..end]);
+}
+
+/// The cache lines of a branch page its header and children fill.
+const BRANCH_LINES: usize = (HEADER + 4 * FANOUT).div_ceil(64);
+
+/// A branch page's lines, aligned as in a page.
+#[repr(C, align(64))]
+struct BranchBuf([u8; BRANCH_LINES * 64]);
+
 /// Room a leaf that overflows its page is spliced into before it is split
 /// ([`Store::split_spliced`]): a full leaf and a batch's puts into it.
 const SPLIT_ROOM: usize = 2 * PAGE;
@@ -1672,6 +1705,8 @@ struct SplitScratch {
     /// Per slot: (first entry, (bytes, more bytes at a leaf's start)), as `pack_sized` forms
     /// them.
     groups: Vec<(usize, (usize, usize))>,
+    /// The leaf being cut, before it is streamed into its page.
+    out: Box<PageBuf>,
 }
 
 impl SplitScratch {
@@ -1687,6 +1722,7 @@ impl SplitScratch {
                 .expect("PAGE bytes"),
             entries: Vec::new(),
             groups: Vec::new(),
+            out: PageBuf::new(),
         }
     }
 }
@@ -1801,8 +1837,6 @@ impl<'a, 'w> WriteAhead<'a, 'w> {
     /// Lines of a leaf asked for at each step once a lane reaches it (all of them over four
     /// steps: a splice copies the whole leaf).
     const LEAF_LINES: usize = 16;
-    /// Allocations ahead of the next one whose free page is asked for.
-    const FREE_AHEAD: usize = 4;
 
     fn new(root: u32, writes: &'a [Write<'w>]) -> Self {
         WriteAhead {
@@ -1815,10 +1849,11 @@ impl<'a, 'w> WriteAhead<'a, 'w> {
         }
     }
 
-    /// Called as the writes from `at` on are applied to their leaf: asks for the free page
-    /// the allocations will soon take (`free`, the store's free list), starts lanes for the
+    /// Called as the writes from `at` on are applied to their leaf: starts lanes for the
     /// writes up to `Self::WRITES` ahead, and moves every lane one step down the old tree.
-    fn step(&mut self, view: &View, free: &[u32], at: usize) {
+    /// (The free pages the rewrites take are not asked for: they are streamed into, never
+    /// read, since session 42.)
+    fn step(&mut self, view: &View, at: usize) {
         if self.root == 0 {
             return;
         }
@@ -1827,15 +1862,6 @@ impl<'a, 'w> WriteAhead<'a, 'w> {
         // line first, one miss after another once the store buffer is full. A line read by
         // this core alone arrives exclusive, so the stores need nothing more (`prefetchw`
         // would need a build for PRFCHW; without it the compiler emits this read prefetch).
-        if let Some(&f) = free
-            .len()
-            .checked_sub(1 + Self::FREE_AHEAD)
-            .map(|i| &free[i])
-        {
-            for line in 0..PAGE / 64 {
-                view.pages.prefetch(f, 64 * line);
-            }
-        }
         let end = self.writes.len().min(at + Self::WRITES);
         while self.next < end {
             let i = self.next;
@@ -2004,6 +2030,7 @@ impl Store {
             stats: CommitStats::default(),
             scratch: None,
             split_scratch: None,
+            splice_buf: None,
             byte_copy_splits: true,
             byte_copy_split_count: 0,
         };
@@ -2124,17 +2151,6 @@ impl Store {
         // no root reaches, so no reader holds it; the store is the single writer and `&mut
         // self` keeps it from holding any other slice of the mapping meanwhile.
         unsafe { self.pages.page_mut(id) }
-    }
-
-    /// Page `read` for reading and page `write` (allocated since the last commit, so never
-    /// `read`, which a root still reaches) for writing, at once.
-    #[allow(unsafe_code)]
-    fn page_and_page_mut(&mut self, read: u32, write: u32) -> (&[u8], &mut [u8]) {
-        assert_ne!(read, write, "a page read while it is written");
-        debug_assert!(self.fresh_bits[write as usize / 64] & (1 << (write % 64)) != 0);
-        // SAFETY: as in `page_mut` for `write`; the one other slice `&mut self` lets the store
-        // hold meanwhile is of page `read`, a different page (asserted above).
-        (self.pages.page(read), unsafe { self.pages.page_mut(write) })
     }
 
     fn ensure_capacity(&mut self, pages: usize) -> Result<(), StoreError> {
@@ -2790,7 +2806,11 @@ impl Store {
         });
         let writes: Vec<Write> = by_head.into_iter().map(|(_, w)| w).collect();
         let mut ahead = WriteAhead::new(self.root_page, &writes);
-        self.root_page = self.apply_page(self.root_page, 0, &writes, 0, &mut ahead)?;
+        let root = self.apply_page(self.root_page, 0, &writes, 0, &mut ahead);
+        // The leaves were streamed ([`Store::splice`]): their stores are ordered before the
+        // commit's, or a snapshot's hand-over to another thread, only by a fence.
+        proofkit_core::memory::streaming_fence();
+        self.root_page = root?;
         Ok(())
     }
 
@@ -2872,7 +2892,7 @@ impl Store {
                     r?;
                 }
             } else {
-                ahead.step(&self.view(), &self.free, first + i);
+                ahead.step(&self.view(), first + i);
                 // Untouched by this batch (no op in its slots), a right neighbour may join.
                 let next_op_slot = ops.get(j).map_or(FANOUT, |o| slot(o.key(), depth));
                 if c != 0 {
@@ -2928,24 +2948,22 @@ impl Store {
         {
             return Ok(None);
         }
-        // Spliced straight into the page that replaces the leaf (allocated first, so it is
-        // never the leaf itself): a scratch page copied over afterwards cost a 4 KiB copy per
-        // leaf. The page goes back, uncounted, when the splice does not apply.
-        let stats = self.stats;
-        let leaf = self.alloc()?;
-        let (old, out) = self.page_and_page_mut(id, leaf);
-        let spliced = splice_leaf(id, old, depth, ops, out);
-        match spliced {
-            Ok(Some(bytes)) if bytes >= MERGE_BELOW => {
+        // Spliced into a page-sized buffer that stays in the cache, then streamed into the
+        // page that replaces the leaf: written straight into that page, each store first read
+        // its cold line (a read for ownership, which even a prefetch of the free page ahead
+        // only moved earlier), so the rewrite moved its page's lines twice (session 42).
+        let mut buf = self.splice_buf.take().unwrap_or_else(PageBuf::new);
+        let spliced = splice_leaf(id, self.page(id), depth, ops, &mut buf.0);
+        let r = match spliced {
+            Ok(Some(bytes)) if bytes >= MERGE_BELOW => self.alloc().map(|leaf| {
+                stream_leaf(self.page_mut(leaf), &mut buf.0, LEAF_ENTRIES + bytes);
                 self.release(id);
-                Ok(Some(leaf))
-            }
-            r => {
-                self.release(leaf);
-                self.stats = stats;
-                r.map(|_| None)
-            }
-        }
+                Some(leaf)
+            }),
+            r => r.map(|_| None),
+        };
+        self.splice_buf = Some(buf);
+        r
     }
 
     /// Leaf `c` (slots `lo..=hi` of the branch at `depth` being rewritten, `new`) with `ops`
@@ -3065,7 +3083,8 @@ impl Store {
                     None => (sc.entries.len(), last_slot),
                 };
                 let id = self.alloc()?;
-                let mut w = LeafWriter::new(depth + 1, self.page_mut(id));
+                // Written in the cache and streamed out, as a spliced leaf is.
+                let mut w = LeafWriter::new(depth + 1, &mut sc.out.0);
                 // A run of entries copied as they are stored: (from the neighbour, bytes, where).
                 let mut run: Option<(bool, usize, usize, usize)> = None;
                 let flush = |w: &mut LeafWriter, run: &mut Option<(bool, usize, usize, usize)>| {
@@ -3118,7 +3137,9 @@ impl Store {
                     }
                 }
                 flush(&mut w, &mut run);
+                let used = LEAF_ENTRIES + w.bytes();
                 w.finish();
+                stream_leaf(self.page_mut(id), &mut sc.out.0, used);
                 new[first_slot..=last].fill(id);
                 first_slot = last + 1;
             }
@@ -3489,20 +3510,29 @@ impl Store {
         entries: &[(&[u8], &[u8])],
         shared: &[u8],
     ) -> Result<u32, StoreError> {
-        let id = self.alloc()?;
-        encode_leaf_shared(depth, entries, shared, self.page_mut(id))?;
-        Ok(id)
+        // Encoded in the cache and streamed out, as a spliced leaf is ([`Store::splice`]).
+        let mut buf = self.splice_buf.take().unwrap_or_else(PageBuf::new);
+        let r = encode_leaf_shared(depth, entries, shared, &mut buf.0).and_then(|used| {
+            let id = self.alloc()?;
+            stream_leaf(self.page_mut(id), &mut buf.0, used);
+            Ok(id)
+        });
+        self.splice_buf = Some(buf);
+        r
     }
 
     fn write_branch(&mut self, depth: usize, children: &[u32; FANOUT]) -> Result<u32, StoreError> {
-        let id = self.alloc()?;
-        let p = self.page_mut(id);
+        // Laid out in the cache and streamed, as a spliced leaf is ([`Store::splice`]): a
+        // finalization rewrites a branch page above nearly every leaf it rewrites.
+        let mut b = BranchBuf([0; BRANCH_LINES * 64]);
+        let p = &mut b.0;
         p[0] = BRANCH;
         p[1] = depth as u8;
-        p[2..HEADER].fill(0);
         for (i, c) in children.iter().enumerate() {
             p[HEADER + 4 * i..HEADER + 4 * i + 4].copy_from_slice(&c.to_le_bytes());
         }
+        let id = self.alloc()?;
+        copy_streaming(&mut self.page_mut(id)[..BRANCH_LINES * 64], p);
         Ok(id)
     }
 
@@ -5302,7 +5332,7 @@ mod tests {
         let mut ahead = WriteAhead::new(view.root, &writes);
         let (mut checked, mut at) = (0, 0);
         while at < writes.len() {
-            ahead.step(&view, &s.free, at);
+            ahead.step(&view, at);
             for lane in ahead.lanes.iter().filter(|l| l.lines > 0) {
                 let key = writes[lane.write].key();
                 assert_eq!(
