@@ -29,6 +29,7 @@ pub mod rlp;
 pub mod state;
 pub mod store;
 pub mod trie;
+mod unique;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_avx512;
 

@@ -1,5 +1,5 @@
-//! The only `unsafe` of the crate: the page store's memory mapping, shared by the writer and
-//! the readers of past versions.
+//! The page store's memory mapping, shared by the writer and the readers of past versions (one
+//! of the crate's three modules with `unsafe`, beside the AVX-512 Keccak kernel and `unique`).
 //!
 //! The store reserves one large range of address space once (a file mapped `MAP_SHARED` past its
 //! end, or anonymous memory with `MAP_NORESERVE`) and never moves it: the file only grows under

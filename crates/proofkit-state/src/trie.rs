@@ -4,8 +4,9 @@
 //!
 //! * Paths are nibble strings; in the secure trie every key is the 64 nibbles of a keccak256,
 //!   so branches never carry a value and no key is a prefix of another.
-//! * Writes go through `Arc::make_mut`: a node shared with an older version (a parent block) is
-//!   copied, a node only this version holds is changed in place. Each write drops the cached
+//! * Writes go through `Arc::make_mut` (`unique::make_mut`, its twin without a locked
+//!   instruction): a node shared with an older version (a parent block) is copied, a node only
+//!   this version holds is changed in place. Each write drops the cached
 //!   reference of the nodes on its path, so computing the root after a block re-hashes only the
 //!   paths the block wrote: the cost grows with the writes, not with the size of the state.
 //! * Node encodings: leaf `[hp(path, leaf), value]`, extension `[hp(path), child]`, branch
@@ -1351,7 +1352,7 @@ fn materialize_for_write<'a, V: TrieValue>(
         *child = Child::mem(Arc::new(Cell::loaded_for_write(node)));
     }
     let c = child.cell_mut().expect("loaded above");
-    let cell = Arc::make_mut(c);
+    let cell = crate::unique::make_mut(c);
     cell.touch();
     Ok(cell)
 }
@@ -1889,7 +1890,7 @@ fn prune_mut<V: TrieValue>(
         dropped.push(std::mem::replace(child, Child::Stored(kind, r)));
         return;
     }
-    let Some(cell) = Arc::get_mut(arc) else {
+    let Some(cell) = crate::unique::get_mut(arc) else {
         *child = prune(child, depth, keep);
         return;
     };
@@ -2341,7 +2342,7 @@ pub fn drop_subtrees<V: TrieValue>(roots: Vec<Child<V>>) {
             if let Some(a) = n.checked_sub(BOX_AHEAD).map(|i| &level[i]) {
                 prefetch_box_or_value(a);
             }
-            let Some(cell) = Arc::get_mut(&mut arc) else {
+            let Some(cell) = crate::unique::get_mut(&mut arc) else {
                 continue; // another version holds it: dropping `arc` releases one owner
             };
             match std::mem::replace(&mut cell.node, Node::Hole) {
