@@ -1857,11 +1857,6 @@ impl<'a, 'w> WriteAhead<'a, 'w> {
         if self.root == 0 {
             return;
         }
-        // The page the allocations a few leaves on will take (`Store::alloc` pops the free
-        // list): a rewrite writes all of it, and a store to a line not in the cache reads the
-        // line first, one miss after another once the store buffer is full. A line read by
-        // this core alone arrives exclusive, so the stores need nothing more (`prefetchw`
-        // would need a build for PRFCHW; without it the compiler emits this read prefetch).
         let end = self.writes.len().min(at + Self::WRITES);
         while self.next < end {
             let i = self.next;
