@@ -30,14 +30,24 @@ fn is_unique<T>(arc: &mut Arc<T>) -> bool {
     }
 }
 
+/// The value of `arc`, which [`is_unique`] found to be its only owner.
+///
+/// # Safety
+/// `is_unique(arc)` returned true, and `arc` has not been cloned or downgraded since.
+#[inline(always)]
+unsafe fn unique_value<T>(arc: &mut Arc<T>) -> &mut T {
+    // SAFETY: `arc` is the value's only owner (the caller's contract) and is borrowed mutably
+    // for the result's lifetime, so nothing else reads or writes the value meanwhile; the
+    // pointer is the allocation's own (`Arc::as_ptr` makes no reference to the value).
+    unsafe { &mut *(Arc::as_ptr(arc) as *mut T) }
+}
+
 /// [`Arc::make_mut`]: the value in place when `arc` is its only owner, else a clone of it.
 #[inline(always)]
 pub(crate) fn make_mut<T: Clone>(arc: &mut Arc<T>) -> &mut T {
     if is_unique(arc) {
-        // SAFETY: `arc` is the value's only owner (`is_unique`) and is borrowed mutably for
-        // the result's lifetime, so nothing else reads or writes the value meanwhile; the
-        // pointer is the allocation's own (`Arc::as_ptr` makes no reference to the value).
-        return unsafe { &mut *(Arc::as_ptr(arc) as *mut T) };
+        // SAFETY: `is_unique` just returned true.
+        return unsafe { unique_value(arc) };
     }
     Arc::make_mut(arc)
 }
@@ -45,11 +55,8 @@ pub(crate) fn make_mut<T: Clone>(arc: &mut Arc<T>) -> &mut T {
 /// [`Arc::get_mut`]: the value when `arc` is its only owner.
 #[inline(always)]
 pub(crate) fn get_mut<T>(arc: &mut Arc<T>) -> Option<&mut T> {
-    if is_unique(arc) {
-        // SAFETY: as in `make_mut`.
-        return Some(unsafe { &mut *(Arc::as_ptr(arc) as *mut T) });
-    }
-    None
+    // SAFETY: `is_unique` just returned true.
+    is_unique(arc).then(|| unsafe { unique_value(arc) })
 }
 
 #[cfg(test)]
