@@ -1503,11 +1503,19 @@ impl<V: TrieValue> Insertion<'_, V> {
 
     /// [`Insertion::at_child`] once the node is in a cell of its own, touched.
     fn at_cell(&mut self, cell: &mut Cell<V>, path: &[u8], value: V) -> Result<(), LoadError> {
+        // A branch stays a branch: changed in place. Moving the node out and back, as the
+        // other kinds are rebuilt, copied the whole `Node` (an account leaf's size) twice at
+        // every level of the path, through the cell's cold lines (session 43).
+        if let Node::Branch { children } = &mut cell.node {
+            self.pos.push(path[0]);
+            let result = self.at_slot(&mut children[path[0] as usize], &path[1..], value);
+            self.pos.pop();
+            cell.written(1 << path[0]);
+            return result;
+        }
         let merge = self.merge;
         let node = std::mem::replace(&mut cell.node, placeholder());
         let mut result = Ok(());
-        // The slot written when the node stays a branch; a node rebuilt into a branch: all.
-        let mut written = ALL_SLOTS;
         cell.node = match node {
             Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
             Node::Leaf {
@@ -1553,15 +1561,10 @@ impl<V: TrieValue> Insertion<'_, V> {
                     wrap_extension(&path[..c], Node::Branch { children })
                 }
             }
-            Node::Branch { mut children } => {
-                written = 1 << path[0];
-                self.pos.push(path[0]);
-                result = self.at_slot(&mut children[path[0] as usize], &path[1..], value);
-                self.pos.pop();
-                Node::Branch { children }
-            }
+            Node::Branch { .. } => unreachable!("a branch is changed in place above"),
         };
-        cell.written(written);
+        // A node rebuilt (into a branch, maybe): every slot written.
+        cell.written(ALL_SLOTS);
         result
     }
 }
