@@ -768,7 +768,7 @@ impl State {
                     (&none, &none)
                 }
             };
-        let Some(leaf) = self.accounts.get_mut(&path, aloader)? else {
+        let Some(leaf) = self.accounts.find_mut(&path, aloader)? else {
             return Err(StateError::NoSuchAccount(hex::encode(haddr)));
         };
         let spath = nibbles(hslot);

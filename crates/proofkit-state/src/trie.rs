@@ -1047,6 +1047,22 @@ impl<V: TrieValue> Trie<V> {
         get_mut_at(root, &mut Vec::with_capacity(64), path, loader)
     }
 
+    /// [`Trie::get_mut`] in one walk, for a key the caller expects present: the nodes on the
+    /// path are copied and their references dropped on the way down, so an absent key leaves
+    /// them copied (their contents unchanged: the same root, rehashed). `get_mut` first walks
+    /// the path to look the key up; a slot write after its account's write walked the
+    /// account trie three times (session 43).
+    pub fn find_mut(
+        &mut self,
+        path: &[u8],
+        loader: &dyn Loader<V>,
+    ) -> Result<Option<&mut V>, LoadError> {
+        match self.root.as_mut() {
+            None => Ok(None),
+            Some(root) => get_mut_at(root, &mut Vec::with_capacity(64), path, loader),
+        }
+    }
+
     /// Sets the value at `path` (all keys of one trie must have the same length).
     pub fn insert(
         &mut self,
@@ -1436,12 +1452,21 @@ fn get_mut_at<'a, V: TrieValue>(
 ) -> Result<Option<&'a mut V>, LoadError> {
     let cell = materialize_for_write(child, pos, loader)?;
     if let Node::Branch { .. } = cell.node {
-        cell.written(1 << path[0]);
+        // A key no longer than the branch's position is not in the trie (keys of one trie
+        // have one length).
+        let Some(&first) = path.first() else {
+            return Ok(None);
+        };
+        cell.written(1 << first);
     }
     match &mut cell.node {
         Node::Hole => Ok(None),
-        Node::Leaf { value, .. } => Ok(Some(value)),
+        // The leaf's path is checked: `Trie::find_mut` walks without looking the key up first.
+        Node::Leaf { path: rest, value } => Ok((rest[..] == *path).then_some(value)),
         Node::Extension { path: p, child } => {
+            if !path.starts_with(p) {
+                return Ok(None);
+            }
             let n = p.len();
             pos.extend_from_slice(p);
             get_mut_at(child, pos, &path[n..], loader)
@@ -3238,6 +3263,49 @@ mod tests {
             });
         }
         assert_eq!(heads.len(), 3, "every header form was tried");
+    }
+
+    /// `find_mut` finds what `get_mut` finds; for an absent key (a leaf with another path, an
+    /// extension it leaves, an empty slot, a shorter key) it returns `None` and the root stays
+    /// the same, though the path it walked was made writable.
+    #[test]
+    fn find_mut_agrees_with_get_mut_and_keeps_the_root() {
+        let key = |i: u32| nibbles(&keccak256(&i.to_le_bytes()));
+        let mut t: Trie<Raw> = Trie::new();
+        for i in 0..500 {
+            t.insert(&key(i), Raw(vec![1, i as u8]), &NoLoader).unwrap();
+        }
+        // An extension: two keys sharing their first 40 nibbles.
+        let mut a = key(9000);
+        let mut b = a.clone();
+        b[63] ^= 1;
+        t.insert(&a, Raw(vec![7]), &NoLoader).unwrap();
+        t.insert(&b, Raw(vec![8]), &NoLoader).unwrap();
+        let root = t.root_hash();
+        for i in (0..500).step_by(7) {
+            let mut u = t.clone();
+            let found = u.find_mut(&key(i), &NoLoader).unwrap().map(|r| r.0.clone());
+            assert_eq!(found, Some(vec![1, i as u8]));
+            assert_eq!(u.root_hash(), root);
+        }
+        a[20] ^= 1; // leaves the extension that `a` and `b` share
+        let (far, farther) = (key(100_000), key(100_001));
+        let absents: [&[u8]; 4] = [&far, &farther, &a, &key(3)[..10]];
+        for absent in absents {
+            let mut u = t.clone();
+            assert!(u.get_mut(absent, &NoLoader).unwrap().is_none());
+            assert!(u.find_mut(absent, &NoLoader).unwrap().is_none());
+            assert_eq!(u.root_hash(), root);
+        }
+        // A present key changed through `find_mut` changes the root as an insert does.
+        let mut u = t.clone();
+        *u.find_mut(&b, &NoLoader).unwrap().unwrap() = Raw(vec![9]);
+        t.insert(&b, Raw(vec![9]), &NoLoader).unwrap();
+        assert_eq!(u.root_hash(), t.root_hash());
+        assert!(Trie::<Raw>::new()
+            .find_mut(&a, &NoLoader)
+            .unwrap()
+            .is_none());
     }
 
     /// A cell's cached reference set through a shared cell by several threads at once (each
