@@ -36,5 +36,5 @@ pub mod x86_avx512;
 pub use account::{u256, Account, U256};
 pub use db::{BlockId, Db, DbError, DbOptions};
 pub use keccak::{keccak256, B256, EMPTY_ROOT, KECCAK_EMPTY};
-pub use state::{Address, State, StateError, Writer};
+pub use state::{AccountWithStorage, Address, State, StateError, Writer};
 pub use store::CommitLevel;

@@ -1083,10 +1083,25 @@ impl<V: TrieValue> Trie<V> {
         loader: &dyn Loader<V>,
         merge: fn(V, V) -> V,
     ) -> Result<(), LoadError> {
+        self.upsert_with(path, value, loader, merge, &mut |_| Ok(()))
+    }
+
+    /// [`Trie::upsert`], then `then` on the value at `path` (merged or new) before it is put
+    /// in its leaf: an account written with its slots in one walk. An error from `then` is
+    /// returned once the trie is whole again, the value as `then` left it.
+    pub fn upsert_with(
+        &mut self,
+        path: &[u8],
+        value: V,
+        loader: &dyn Loader<V>,
+        merge: fn(V, V) -> V,
+        then: &mut dyn FnMut(&mut V) -> Result<(), LoadError>,
+    ) -> Result<(), LoadError> {
         Insertion {
             pos: Vec::with_capacity(64),
             loader,
             merge,
+            then,
         }
         .at_slot(&mut self.root, path, value)
     }
@@ -1491,6 +1506,8 @@ struct Insertion<'l, V> {
     pos: Vec<u8>,
     loader: &'l dyn Loader<V>,
     merge: fn(V, V) -> V,
+    /// Called once on the value that goes into the leaf ([`Trie::upsert_with`]).
+    then: &'l mut dyn FnMut(&mut V) -> Result<(), LoadError>,
 }
 
 impl<V: TrieValue> Insertion<'_, V> {
@@ -1504,8 +1521,10 @@ impl<V: TrieValue> Insertion<'_, V> {
     ) -> Result<(), LoadError> {
         match slot {
             None => {
+                let mut value = value;
+                let result = (self.then)(&mut value);
                 *slot = Some(new_leaf(path, value));
-                Ok(())
+                result
             }
             Some(child) => self.at_child(child, path, value),
         }
@@ -1540,7 +1559,7 @@ impl<V: TrieValue> Insertion<'_, V> {
         }
         let merge = self.merge;
         let node = std::mem::replace(&mut cell.node, placeholder());
-        let mut result = Ok(());
+        let result;
         cell.node = match node {
             Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
             Node::Leaf {
@@ -1548,14 +1567,15 @@ impl<V: TrieValue> Insertion<'_, V> {
                 value: lv,
             } => {
                 if *lp == *path {
-                    Node::Leaf {
-                        path: lp,
-                        value: merge(lv, value),
-                    }
+                    let mut value = merge(lv, value);
+                    result = (self.then)(&mut value);
+                    Node::Leaf { path: lp, value }
                 } else {
                     let c = common_prefix(&lp, path);
                     let mut children: Box<Children<V>> = Default::default();
                     children[lp[c] as usize] = Some(new_leaf(&lp[c + 1..], lv));
+                    let mut value = value;
+                    result = (self.then)(&mut value);
                     children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
                     wrap_extension(&path[..c], Node::Branch { children })
                 }
@@ -1582,6 +1602,8 @@ impl<V: TrieValue> Insertion<'_, V> {
                             child,
                         }))
                     });
+                    let mut value = value;
+                    result = (self.then)(&mut value);
                     children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
                     wrap_extension(&path[..c], Node::Branch { children })
                 }
@@ -3277,7 +3299,7 @@ mod tests {
         }
         // An extension: two keys sharing their first 40 nibbles.
         let mut a = key(9000);
-        let mut b = a.clone();
+        let mut b = a;
         b[63] ^= 1;
         t.insert(&a, Raw(vec![7]), &NoLoader).unwrap();
         t.insert(&b, Raw(vec![8]), &NoLoader).unwrap();

@@ -5,7 +5,8 @@ use alloy_primitives::{Bytes, B256 as AB256, U256 as AU256};
 use alloy_trie::{HashBuilder, Nibbles, TrieAccount};
 use proofkit_state::proof::{get_proof, verify, ProofError};
 use proofkit_state::{
-    keccak256, u256, Account, Address, Db, DbOptions, State, B256, EMPTY_ROOT, U256,
+    keccak256, u256, Account, AccountWithStorage, Address, Db, DbOptions, State, B256, EMPTY_ROOT,
+    U256,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -303,6 +304,93 @@ fn batched_writes_are_the_writes_one_by_one() {
             assert_eq!(root_many, oracle_root(&after), "seed {seed} block {b}");
             assert_reads(db.state(id).unwrap(), &after);
             // The log drove the store writes: finalizing the batched block stores the same state.
+            db.finalize(id).unwrap();
+            assert_reads(db.state(id).unwrap(), &after);
+            m = after;
+            parent = id;
+        }
+        assert_eq!(db.check().unwrap().1, oracle_root(&m));
+    }
+}
+
+/// `set_accounts_with_storage` (each account with its slots in one walk) leaves the state, the
+/// log and the root exactly as `set_account` and then `set_storage` for each slot do, one by
+/// one in the same order: new and existing accounts, an account written twice in one call,
+/// zero values (deletes), a slot written twice, accounts without slots; against the oracle,
+/// and the finalized store too.
+#[test]
+fn accounts_with_storage_are_the_writes_one_by_one() {
+    type Slots = Vec<(B256, U256)>;
+    for seed in 0..4u64 {
+        let mut rng = SmallRng::seed_from_u64(200 + seed);
+        let mut db = Db::open(None, paged(2)).unwrap();
+        let mut m = Model::default();
+        let mut parent = db.finalized();
+        for b in 0..6 {
+            let known: Vec<Address> = m.accounts.keys().copied().collect();
+            let mut updates: Vec<(Address, Account, Slots)> = Vec::new();
+            for _ in 0..rng.gen_range(1..40) {
+                let addr = match rng.gen_range(0..6) {
+                    0 if !updates.is_empty() => updates[rng.gen_range(0..updates.len())].0,
+                    1 | 2 if !known.is_empty() => known[rng.gen_range(0..known.len())],
+                    _ => rng.gen(),
+                };
+                let account = Account {
+                    nonce: rng.gen_range(0..4),
+                    balance: u256(rng.gen_range(0..1 << 30)),
+                    ..Default::default()
+                };
+                let slots = (0..rng.gen_range(0..5))
+                    .map(|_| {
+                        let slot = if rng.gen_bool(0.6) {
+                            u256(rng.gen_range(0..3))
+                        } else {
+                            rng.gen()
+                        };
+                        let value = if rng.gen_bool(0.2) {
+                            [0; 32]
+                        } else {
+                            u256(rng.gen_range(1..99))
+                        };
+                        (slot, value)
+                    })
+                    .collect();
+                updates.push((addr, account, slots));
+            }
+            let mut after = m.clone();
+            for (a, account, slots) in &updates {
+                let entry = after.accounts.entry(*a).or_default();
+                entry.0 = *account;
+                for (s, v) in slots {
+                    if *v == [0; 32] {
+                        entry.1.remove(s);
+                    } else {
+                        entry.1.insert(*s, *v);
+                    }
+                }
+            }
+            let mut one = db.begin(parent).unwrap();
+            for (a, account, slots) in &updates {
+                one.set_account(a, Some(*account));
+                for (s, v) in slots {
+                    one.set_storage(a, s, v).unwrap();
+                }
+            }
+            let mut fused = db.begin(parent).unwrap();
+            let borrowed: Vec<AccountWithStorage> = updates
+                .iter()
+                .map(|(a, account, slots)| (*a, *account, &slots[..]))
+                .collect();
+            // In two calls, split anywhere.
+            let cut = rng.gen_range(0..=borrowed.len());
+            fused.set_accounts_with_storage(&borrowed[..cut]);
+            fused.set_accounts_with_storage(&borrowed[cut..]);
+            let (_, root_one) = db.commit(one).unwrap();
+            let (id, root_fused) = db.commit(fused).unwrap();
+            assert_eq!(root_fused, root_one, "seed {seed} block {b}");
+            assert_eq!(root_fused, oracle_root(&after), "seed {seed} block {b}");
+            assert_reads(db.state(id).unwrap(), &after);
+            // The log drove the store writes: finalizing the fused block stores the same state.
             db.finalize(id).unwrap();
             assert_reads(db.state(id).unwrap(), &after);
             m = after;
