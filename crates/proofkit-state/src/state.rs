@@ -122,6 +122,33 @@ pub fn decode_account_record(v: &[u8]) -> Option<(Account, Option<ChildEntry>)> 
     rest.is_empty().then_some((account, Some(e)))
 }
 
+/// Calls `f` with the loaders of an account's writes: from the store under `base`, or none.
+/// They live on the stack: one heap box per write was measurable.
+fn with_loaders<R>(
+    base: Option<&Snapshot>,
+    haddr: &B256,
+    f: impl FnOnce(&dyn Loader<AccountLeaf>, &dyn Loader<StorageValue>) -> R,
+) -> R {
+    match base {
+        Some(s) => f(&AccountLoader(s), &StorageLoader(s, *haddr)),
+        None => f(&NoLoader, &NoLoader),
+    }
+}
+
+/// Writes a slot (hashed) into an account's storage trie; zero deletes it.
+fn write_slot(
+    storage: &mut Trie<StorageValue>,
+    hslot: &B256,
+    value: &U256,
+    loader: &dyn Loader<StorageValue>,
+) -> Result<(), LoadError> {
+    let spath = nibbles(hslot);
+    match StorageValue::new(value) {
+        Some(v) => storage.insert(&spath, v, loader),
+        None => storage.remove(&spath, loader).map(drop),
+    }
+}
+
 /// Loads account-trie nodes from a snapshot.
 struct AccountLoader<'a>(&'a Snapshot);
 
@@ -730,42 +757,25 @@ impl State {
         slots: &[(B256, U256)],
     ) -> Result<(), StateError> {
         let path = nibbles(haddr);
-        let (stored, none);
-        let (aloader, sloader): (&dyn Loader<AccountLeaf>, &dyn Loader<StorageValue>) =
-            match &self.base {
-                Some(s) => {
-                    stored = (AccountLoader(s), StorageLoader(s, *haddr));
-                    (&stored.0, &stored.1)
-                }
-                None => {
-                    none = NoLoader;
-                    (&none, &none)
-                }
-            };
-        self.accounts.upsert_with(
-            &path,
-            AccountLeaf {
-                account,
-                storage: Trie::new(),
-            },
-            aloader,
-            |old, new| AccountLeaf {
-                account: new.account,
-                storage: old.storage,
-            },
-            &mut |leaf| {
-                for (hslot, value) in slots {
-                    let spath = nibbles(hslot);
-                    match StorageValue::new(value) {
-                        Some(v) => leaf.storage.insert(&spath, v, sloader)?,
-                        None => {
-                            leaf.storage.remove(&spath, sloader)?;
-                        }
-                    }
-                }
-                Ok(())
-            },
-        )?;
+        with_loaders(self.base.as_deref(), haddr, |aloader, sloader| {
+            self.accounts.upsert_with(
+                &path,
+                AccountLeaf {
+                    account,
+                    storage: Trie::new(),
+                },
+                aloader,
+                |old, new| AccountLeaf {
+                    account: new.account,
+                    storage: old.storage,
+                },
+                &mut |leaf| {
+                    slots.iter().try_for_each(|(hslot, value)| {
+                        write_slot(&mut leaf.storage, hslot, value, sloader)
+                    })
+                },
+            )
+        })?;
         Ok(())
     }
 
@@ -805,29 +815,12 @@ impl State {
         value: &U256,
     ) -> Result<(), StateError> {
         let path = nibbles(haddr);
-        let (stored, none);
-        let (aloader, sloader): (&dyn Loader<AccountLeaf>, &dyn Loader<StorageValue>) =
-            match &self.base {
-                Some(s) => {
-                    stored = (AccountLoader(s), StorageLoader(s, *haddr));
-                    (&stored.0, &stored.1)
-                }
-                None => {
-                    none = NoLoader;
-                    (&none, &none)
-                }
+        with_loaders(self.base.as_deref(), haddr, |aloader, sloader| {
+            let Some(leaf) = self.accounts.find_mut(&path, aloader)? else {
+                return Err(StateError::NoSuchAccount(hex::encode(haddr)));
             };
-        let Some(leaf) = self.accounts.find_mut(&path, aloader)? else {
-            return Err(StateError::NoSuchAccount(hex::encode(haddr)));
-        };
-        let spath = nibbles(hslot);
-        match StorageValue::new(value) {
-            Some(v) => leaf.storage.insert(&spath, v, sloader)?,
-            None => {
-                leaf.storage.remove(&spath, sloader)?;
-            }
-        }
-        Ok(())
+            Ok(write_slot(&mut leaf.storage, hslot, value, sloader)?)
+        })
     }
 
     /// Applies a block's write log (what [`Writer`] recorded): for each account a wipe, its

@@ -3,10 +3,11 @@
 
 use alloy_primitives::{Bytes, B256 as AB256, U256 as AU256};
 use alloy_trie::{HashBuilder, Nibbles, TrieAccount};
+use proofkit_state::db::Block;
 use proofkit_state::proof::{get_proof, verify, ProofError};
 use proofkit_state::{
-    keccak256, u256, Account, AccountWithStorage, Address, Db, DbOptions, State, B256, EMPTY_ROOT,
-    U256,
+    keccak256, u256, Account, AccountWithStorage, Address, BlockId, Db, DbOptions, State, B256,
+    EMPTY_ROOT, U256,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -198,6 +199,36 @@ fn roots_match_alloy_trie_on_random_blocks() {
     }
 }
 
+/// A slot write for the batch tests: often one of the three lowest slots (runs of one slot),
+/// a fifth of them zero (a delete).
+fn random_slot_write(rng: &mut SmallRng) -> (B256, U256) {
+    let slot = if rng.gen_bool(0.6) {
+        u256(rng.gen_range(0..3))
+    } else {
+        rng.gen()
+    };
+    let value = if rng.gen_bool(0.2) {
+        [0; 32]
+    } else {
+        u256(rng.gen_range(1..99))
+    };
+    (slot, value)
+}
+
+/// Commits two blocks written alike on one parent and checks that they reach the same root as
+/// the oracle's model `after`, that the second reads as `after`, and, once finalized (its write
+/// log drives the store writes), that it still does; returns the second's id.
+fn commit_alike(db: &mut Db, one: Block, other: Block, after: &Model, what: &str) -> BlockId {
+    let (_, root_one) = db.commit(one).unwrap();
+    let (id, root_other) = db.commit(other).unwrap();
+    assert_eq!(root_other, root_one, "{what}");
+    assert_eq!(root_other, oracle_root(after), "{what}");
+    assert_reads(db.state(id).unwrap(), after);
+    db.finalize(id).unwrap();
+    assert_reads(db.state(id).unwrap(), after);
+    id
+}
+
 /// `set_accounts` and `set_storages` (keys hashed eight at a time) leave the state, the log and
 /// the root exactly as the same writes one by one: repeated addresses (the last write wins),
 /// deletions, runs of one slot and zero values; a storage write to a missing account stops the
@@ -251,16 +282,7 @@ fn batched_writes_are_the_writes_one_by_one() {
                 rng.gen_range(0..60)
             } {
                 let a = live[rng.gen_range(0..live.len())];
-                let slot = if rng.gen_bool(0.6) {
-                    u256(rng.gen_range(0..3))
-                } else {
-                    rng.gen()
-                };
-                let value = if rng.gen_bool(0.2) {
-                    [0; 32]
-                } else {
-                    u256(rng.gen_range(1..99))
-                };
+                let (slot, value) = random_slot_write(&mut rng);
                 slots.push((a, slot, value));
             }
             // Odd blocks: a write to an account that does not exist, part way through.
@@ -298,16 +320,14 @@ fn batched_writes_are_the_writes_one_by_one() {
                 )),
                 None => result.unwrap(),
             }
-            let (_, root_one) = db.commit(one).unwrap();
-            let (id, root_many) = db.commit(many).unwrap();
-            assert_eq!(root_many, root_one, "seed {seed} block {b}");
-            assert_eq!(root_many, oracle_root(&after), "seed {seed} block {b}");
-            assert_reads(db.state(id).unwrap(), &after);
-            // The log drove the store writes: finalizing the batched block stores the same state.
-            db.finalize(id).unwrap();
-            assert_reads(db.state(id).unwrap(), &after);
+            parent = commit_alike(
+                &mut db,
+                one,
+                many,
+                &after,
+                &format!("seed {seed} block {b}"),
+            );
             m = after;
-            parent = id;
         }
         assert_eq!(db.check().unwrap().1, oracle_root(&m));
     }
@@ -341,19 +361,7 @@ fn accounts_with_storage_are_the_writes_one_by_one() {
                     ..Default::default()
                 };
                 let slots = (0..rng.gen_range(0..5))
-                    .map(|_| {
-                        let slot = if rng.gen_bool(0.6) {
-                            u256(rng.gen_range(0..3))
-                        } else {
-                            rng.gen()
-                        };
-                        let value = if rng.gen_bool(0.2) {
-                            [0; 32]
-                        } else {
-                            u256(rng.gen_range(1..99))
-                        };
-                        (slot, value)
-                    })
+                    .map(|_| random_slot_write(&mut rng))
                     .collect();
                 updates.push((addr, account, slots));
             }
@@ -385,16 +393,14 @@ fn accounts_with_storage_are_the_writes_one_by_one() {
             let cut = rng.gen_range(0..=borrowed.len());
             fused.set_accounts_with_storage(&borrowed[..cut]);
             fused.set_accounts_with_storage(&borrowed[cut..]);
-            let (_, root_one) = db.commit(one).unwrap();
-            let (id, root_fused) = db.commit(fused).unwrap();
-            assert_eq!(root_fused, root_one, "seed {seed} block {b}");
-            assert_eq!(root_fused, oracle_root(&after), "seed {seed} block {b}");
-            assert_reads(db.state(id).unwrap(), &after);
-            // The log drove the store writes: finalizing the fused block stores the same state.
-            db.finalize(id).unwrap();
-            assert_reads(db.state(id).unwrap(), &after);
+            parent = commit_alike(
+                &mut db,
+                one,
+                fused,
+                &after,
+                &format!("seed {seed} block {b}"),
+            );
             m = after;
-            parent = id;
         }
         assert_eq!(db.check().unwrap().1, oracle_root(&m));
     }
