@@ -437,6 +437,10 @@ impl<V> Clone for Child<V> {
     }
 }
 
+/// The longest RLP of a branch: a list header of 3 bytes, 16 references of at most 33 bytes
+/// (a hash with its prefix) and the empty value.
+const BRANCH_RLP_MAX: usize = 3 + 16 * 33 + 1;
+
 /// The 16 children of a branch.
 pub type Children<V> = [Option<Child<V>>; 16];
 
@@ -2356,7 +2360,9 @@ fn hash_dirty_many<V: TrieValue>(roots: &[&Cell<V>], threads: Threads) {
         // nodes of 32 bytes or more are hashed together, and each node's reference is set by
         // the thread that encoded it (its line is in that core's cache, not the caller's).
         let hash_chunk = |chunk: &[&Cell<V>]| {
-            let mut rlp = Vec::with_capacity(chunk.len() * 256);
+            // Room for a full branch a node: grown by reallocation, the buffer was copied
+            // once or twice a chunk of branches, into memory the heap had not touched yet.
+            let mut rlp = Vec::with_capacity(chunk.len() * BRANCH_RLP_MAX);
             let mut ends = Vec::with_capacity(chunk.len());
             // Encoding a branch reads its cell, its children's box, then each child's
             // reference in the child's own cell (16 lines, mostly cold, for a branch above
