@@ -713,43 +713,19 @@ impl State {
         haddr: &B256,
         account: Option<Account>,
     ) -> Result<(), StateError> {
-        let path = nibbles(haddr);
-        // The loaders live on the stack: one heap box per write was measurable.
-        let (stored, none);
-        let loader: &dyn Loader<AccountLeaf> = match &self.base {
-            Some(s) => {
-                stored = AccountLoader(s);
-                &stored
-            }
-            None => {
-                none = NoLoader;
-                &none
-            }
-        };
         match account {
-            None => {
-                self.accounts.remove(&path, loader)?;
-            }
-            // An account already there keeps its storage.
-            Some(account) => self.accounts.upsert(
-                &path,
-                AccountLeaf {
-                    account,
-                    storage: Trie::new(),
-                },
-                loader,
-                |old, new| AccountLeaf {
-                    account: new.account,
-                    storage: old.storage,
-                },
-            )?,
+            Some(account) => self.set_account_with_storage_hashed(haddr, account, &[]),
+            None => with_loaders(self.base.as_deref(), haddr, |loader, _| {
+                self.accounts.remove(&nibbles(haddr), loader)?;
+                Ok(())
+            }),
         }
-        Ok(())
     }
 
     /// [`State::set_account_hashed`] with `Some(account)`, then [`State::set_storage_hashed`]
     /// for each of `slots` (hashed slot, value; zero deletes) in order, in one walk down the
-    /// account trie: the slots are written into the account's leaf as it is put in place.
+    /// account trie: the slots are written into the account's leaf as it is put in place. An
+    /// account already there keeps its storage.
     pub fn set_account_with_storage_hashed(
         &mut self,
         haddr: &B256,

@@ -292,10 +292,9 @@ pub struct CopyHash([AtomicU64; 4]);
 /// A cell's cached reference: the same scheme as a slot's copy ([`CopyLen`], [`CopyHash`]),
 /// set through a shared cell by whichever thread hashes the node, every setter writing the
 /// same bytes (a shared node cannot change), the bytes first and the length last with release
-/// and acquire ordering. A `OnceLock` did the same with two locked instructions per set (a
-/// compare-exchange to claim it, a swap to publish), each waiting for the hashing thread's
-/// earlier stores to reach the cache: 2% of the block thread's samples at 10,000 blocks
-/// (session 43). Cleared only through `&mut`.
+/// and acquire ordering. Cleared only through `&mut`. A `OnceLock` took two locked
+/// instructions per set; without them the runs measured the same (the wait moved to the next
+/// cold read, sessions 39 and 43), so this is kept for the one scheme, not for speed.
 struct RefCache {
     len: CopyLen,
     hash: CopyHash,
@@ -1525,13 +1524,19 @@ impl<V: TrieValue> Insertion<'_, V> {
     ) -> Result<(), LoadError> {
         match slot {
             None => {
-                let mut value = value;
-                let result = (self.then)(&mut value);
-                *slot = Some(new_leaf(path, value));
+                let (leaf, result) = self.new_leaf(path, value);
+                *slot = Some(leaf);
                 result
             }
             Some(child) => self.at_child(child, path, value),
         }
+    }
+
+    /// The leaf for the inserted `value` at `path`, once `then` ran on the value, and what
+    /// `then` returned.
+    fn new_leaf(&mut self, path: &[u8], mut value: V) -> (Child<V>, Result<(), LoadError>) {
+        let result = (self.then)(&mut value);
+        (new_leaf(path, value), result)
     }
 
     fn at_child(&mut self, child: &mut Child<V>, path: &[u8], value: V) -> Result<(), LoadError> {
@@ -1578,9 +1583,9 @@ impl<V: TrieValue> Insertion<'_, V> {
                     let c = common_prefix(&lp, path);
                     let mut children: Box<Children<V>> = Default::default();
                     children[lp[c] as usize] = Some(new_leaf(&lp[c + 1..], lv));
-                    let mut value = value;
-                    result = (self.then)(&mut value);
-                    children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
+                    let (leaf, r) = self.new_leaf(&path[c + 1..], value);
+                    children[path[c] as usize] = Some(leaf);
+                    result = r;
                     wrap_extension(&path[..c], Node::Branch { children })
                 }
             }
@@ -1606,9 +1611,9 @@ impl<V: TrieValue> Insertion<'_, V> {
                             child,
                         }))
                     });
-                    let mut value = value;
-                    result = (self.then)(&mut value);
-                    children[path[c] as usize] = Some(new_leaf(&path[c + 1..], value));
+                    let (leaf, r) = self.new_leaf(&path[c + 1..], value);
+                    children[path[c] as usize] = Some(leaf);
+                    result = r;
                     wrap_extension(&path[..c], Node::Branch { children })
                 }
             }
