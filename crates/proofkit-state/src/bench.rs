@@ -200,6 +200,7 @@ pub fn run_paprika_rows(
             ..Default::default()
         };
         const GROUP: usize = 32;
+        let k = cfg.storage_per_account as usize;
         let mut slots = Vec::new();
         for (g, group) in (0..).zip(addrs.chunks(GROUP)) {
             slots.clear();
@@ -208,7 +209,6 @@ pub fn run_paprika_rows(
                     slots.push((u256(s), u256(n * 1_000_000 + i * 16 + s + 1)));
                 }
             }
-            let k = cfg.storage_per_account as usize;
             let updates: Vec<_> = (group.iter().enumerate())
                 .map(|(j, a)| (*a, account, &slots[j * k..(j + 1) * k]))
                 .collect();

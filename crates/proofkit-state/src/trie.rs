@@ -319,7 +319,9 @@ impl RefCache {
     }
 
     fn is_set(&self) -> bool {
-        self.len.0.load(Ordering::Acquire) != 0
+        // The length bits, as a slot's copy reads them (a cell's cache never carries the
+        // stored marks, but one encoding of "set" for both).
+        self.len.0.load(Ordering::Acquire) & COPY_LEN_BITS != 0
     }
 
     fn set(&self, r: NodeRef) {
