@@ -12,7 +12,8 @@
 
 use crate::keccak::{B256, KECCAK_EMPTY};
 use crate::rlp;
-use crate::trie::{Threads, Trie, TrieValue};
+use crate::storage_trie::StorageTrie;
+use crate::trie::{Threads, TrieValue};
 use thiserror::Error;
 
 /// A 256-bit unsigned integer as 32 big-endian bytes.
@@ -174,11 +175,12 @@ impl TrieValue for StorageValue {
     }
 }
 
-/// A leaf of the account trie: the account and its storage trie.
+/// A leaf of the account trie: the account and its storage trie (one slot held inline, see
+/// [`StorageTrie`]).
 #[derive(Clone)]
 pub struct AccountLeaf {
     pub account: Account,
-    pub storage: Trie<StorageValue>,
+    pub storage: StorageTrie,
 }
 
 impl TrieValue for AccountLeaf {
@@ -188,15 +190,15 @@ impl TrieValue for AccountLeaf {
 
     /// Hashes the written storage tries of all the accounts together.
     fn prepare_batch(values: &[&Self], threads: Threads) {
-        let tries: Vec<&Trie<StorageValue>> = values.iter().map(|l| &l.storage).collect();
-        Trie::hash_many(&tries, threads);
+        let storages: Vec<&StorageTrie> = values.iter().map(|l| &l.storage).collect();
+        StorageTrie::hash_many(&storages, threads);
     }
 
     /// The storage trie shrinks to its root's reference.
     fn pruned(&self) -> Self {
         AccountLeaf {
             account: self.account,
-            storage: self.storage.pruned(0),
+            storage: self.storage.pruned(),
         }
     }
 

@@ -27,6 +27,7 @@ mod mapping;
 pub mod proof;
 pub mod rlp;
 pub mod state;
+pub mod storage_trie;
 pub mod store;
 pub mod trie;
 mod unique;

@@ -24,6 +24,7 @@
 
 use crate::account::{Account, AccountLeaf, StorageValue, U256};
 use crate::keccak::{keccak256, keccak256_many, B256};
+use crate::storage_trie::StorageTrie;
 use crate::store::Snapshot;
 use crate::trie::{
     decode_entry, decode_record_children, entry_child, loaded_ref, nibbles, Child, ChildEntry,
@@ -137,7 +138,7 @@ fn with_loaders<R>(
 
 /// Writes a slot (hashed) into an account's storage trie; zero deletes it.
 fn write_slot(
-    storage: &mut Trie<StorageValue>,
+    storage: &mut StorageTrie,
     hslot: &B256,
     value: &U256,
     loader: &dyn Loader<StorageValue>,
@@ -213,7 +214,7 @@ fn account_leaf(pos: &[u8], k: &[u8], v: &[u8]) -> Result<LoadedNode<AccountLeaf
         path: nibbles(haddr)[pos.len()..].into(),
         value: AccountLeaf {
             account,
-            storage: Trie::from_entry(entry.as_ref()),
+            storage: StorageTrie::from_entry(entry.as_ref()),
         },
     })
 }
@@ -738,7 +739,7 @@ impl State {
                 &path,
                 AccountLeaf {
                     account,
-                    storage: Trie::new(),
+                    storage: StorageTrie::new(),
                 },
                 aloader,
                 |old, new| AccountLeaf {
@@ -821,7 +822,7 @@ impl State {
     /// Visits every account held in memory (hashed address, account, storage trie) in hashed
     /// order: all of them for a state not backed by a store (such as
     /// `genesis::state_from_json`'s); a store-backed state keeps most accounts in the store.
-    pub fn for_each_account(&self, mut f: impl FnMut(B256, &Account, &Trie<StorageValue>)) {
+    pub fn for_each_account(&self, mut f: impl FnMut(B256, &Account, &StorageTrie)) {
         self.accounts
             .for_each(|path, leaf| f(pack(path), &leaf.account, &leaf.storage));
     }

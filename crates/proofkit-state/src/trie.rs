@@ -200,10 +200,7 @@ impl NodeRef {
 }
 
 enum Node<V> {
-    Leaf {
-        path: Nibbles,
-        value: V,
-    },
+    Leaf(Leaf<V>),
     Extension {
         path: Nibbles,
         child: Child<V>,
@@ -217,13 +214,23 @@ enum Node<V> {
     Hole,
 }
 
+/// A leaf node: the rest of its key's path, then its value. In this order (`repr(C)`): the
+/// walks read a leaf's path (the records walk, encoding, a write's comparison) and most of them
+/// not its value, and an account leaf's value is 184 bytes (its storage slot held inline): after
+/// it, the path sat on the fourth and fifth lines of the cell, past the lines asked for ahead.
+#[repr(C)]
+struct Leaf<V> {
+    path: Nibbles,
+    value: V,
+}
+
 impl<V: Clone> Clone for Node<V> {
     fn clone(&self) -> Self {
         match self {
-            Node::Leaf { path, value } => Node::Leaf {
+            Node::Leaf(Leaf { path, value }) => Node::Leaf(Leaf {
                 path: path.clone(),
                 value: value.clone(),
-            },
+            }),
             Node::Extension { path, child } => Node::Extension {
                 path: path.clone(),
                 child: child.clone(),
@@ -855,7 +862,7 @@ impl<V: TrieValue> Trie<V> {
             };
             match &cell.node {
                 Node::Hole => return Lookup::Absent,
-                Node::Leaf { path: p, value } => {
+                Node::Leaf(Leaf { path: p, value }) => {
                     return if **p == *path {
                         Lookup::Found(value)
                     } else {
@@ -916,7 +923,7 @@ impl<V: TrieValue> Trie<V> {
                     d += p.len();
                     cur = Some(child);
                 }
-                Node::Leaf { .. } | Node::Hole => break,
+                Node::Leaf(..) | Node::Hole => break,
             }
         }
         out.extend(d..path.len());
@@ -1161,7 +1168,7 @@ impl<V: TrieValue> Trie<V> {
             first = false;
             let rest = &path[pos.len()..];
             next = match &cur.node {
-                Node::Hole | Node::Leaf { .. } => return Ok(out),
+                Node::Hole | Node::Leaf(..) => return Ok(out),
                 Node::Extension { path: p, child } => {
                     if !rest.starts_with(p) {
                         return Ok(out);
@@ -1194,7 +1201,7 @@ impl<V: TrieValue> Trie<V> {
             let rest = &path[pos.len()..];
             next = match &cur.node {
                 Node::Hole => return Ok(None),
-                Node::Leaf { path: p, value } => {
+                Node::Leaf(Leaf { path: p, value }) => {
                     return Ok((**p == *rest).then(|| value.clone()));
                 }
                 Node::Extension { path: p, child } => {
@@ -1364,7 +1371,7 @@ fn walk_leaves<'a, V>(
     }
     match &cell.node {
         Node::Hole => {}
-        Node::Leaf { path, value } => {
+        Node::Leaf(Leaf { path, value }) => {
             let n = prefix.len();
             prefix.extend_from_slice(path);
             f(prefix, value);
@@ -1389,10 +1396,10 @@ fn walk_leaves<'a, V>(
 }
 
 fn new_leaf<V>(path: &[u8], value: V) -> Child<V> {
-    Child::mem(Cell::new(Node::Leaf {
+    Child::mem(Cell::new(Node::Leaf(Leaf {
         path: path.into(),
         value,
-    }))
+    })))
 }
 
 fn placeholder<V>() -> Node<V> {
@@ -1416,7 +1423,7 @@ fn load_node<V: TrieValue>(
     loader: &dyn Loader<V>,
 ) -> Result<Node<V>, LoadError> {
     Ok(match loader.load(pos, kind)? {
-        LoadedNode::Leaf { path, value } => Node::Leaf { path, value },
+        LoadedNode::Leaf { path, value } => Node::Leaf(Leaf { path, value }),
         LoadedNode::Branch { children } => Node::Branch { children },
     })
 }
@@ -1482,7 +1489,7 @@ fn get_mut_at<'a, V: TrieValue>(
     match &mut cell.node {
         Node::Hole => Ok(None),
         // The leaf's path is checked: `Trie::find_mut` walks without looking the key up first.
-        Node::Leaf { path: rest, value } => Ok((rest[..] == *path).then_some(value)),
+        Node::Leaf(Leaf { path: rest, value }) => Ok((rest[..] == *path).then_some(value)),
         Node::Extension { path: p, child } => {
             if !path.starts_with(p) {
                 return Ok(None);
@@ -1573,14 +1580,14 @@ impl<V: TrieValue> Insertion<'_, V> {
         let result;
         cell.node = match node {
             Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-            Node::Leaf {
+            Node::Leaf(Leaf {
                 path: lp,
                 value: lv,
-            } => {
+            }) => {
                 if *lp == *path {
                     let mut value = merge(lv, value);
                     result = (self.then)(&mut value);
-                    Node::Leaf { path: lp, value }
+                    Node::Leaf(Leaf { path: lp, value })
                 } else {
                     let c = common_prefix(&lp, path);
                     let mut children: Box<Children<V>> = Default::default();
@@ -1649,7 +1656,7 @@ fn remove_slot<V: TrieValue>(
     let Some(child) = slot else { return Ok(()) };
     let is_leaf = match child {
         Child::Stored(kind, _) => *kind == StoredKind::Leaf,
-        Child::Mem(c, ..) => matches!(c.node, Node::Leaf { .. }),
+        Child::Mem(c, ..) => matches!(c.node, Node::Leaf(..)),
     };
     if is_leaf {
         *slot = None;
@@ -1662,7 +1669,7 @@ fn remove_slot<V: TrieValue>(
     let mut written = ALL_SLOTS;
     cell.node = match node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Leaf { .. } => unreachable!("handled above"),
+        Node::Leaf(..) => unreachable!("handled above"),
         Node::Extension { path: ep, child } => {
             let mut c = Some(child);
             let n = pos.len();
@@ -1730,10 +1737,10 @@ fn prepend<V: TrieValue>(
     };
     Ok(match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Leaf { path, value } => Node::Leaf {
+        Node::Leaf(Leaf { path, value }) => Node::Leaf(Leaf {
             path: concat(prefix, path),
             value: value.clone(),
-        },
+        }),
         Node::Extension { path, child: grand } => Node::Extension {
             path: concat(prefix, path),
             child: grand.clone(),
@@ -1753,7 +1760,7 @@ fn child_entry<V: TrieValue>(child: &Child<V>) -> ChildEntry {
         Child::Mem(c, ..) => c,
     };
     match &cell.node {
-        Node::Leaf { .. } => ChildEntry::Leaf(node_ref(cell)),
+        Node::Leaf(..) => ChildEntry::Leaf(node_ref(cell)),
         Node::Branch { .. } => ChildEntry::Branch(node_ref(cell)),
         Node::Extension { path, child } => ChildEntry::Extension(path.clone(), child_ref(child)),
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
@@ -1778,7 +1785,7 @@ fn branch_record_into<V: TrieValue>(children: &Children<V>, out: &mut Vec<u8>) {
             Child::Stored(StoredKind::Leaf, r) => put_entry(TAG_LEAF, None, r, out),
             Child::Stored(StoredKind::Branch, r) => put_entry(TAG_BRANCH, None, r, out),
             Child::Mem(cell, ..) => match &cell.node {
-                Node::Leaf { .. } => put_entry(TAG_LEAF, None, &node_ref(cell), out),
+                Node::Leaf(..) => put_entry(TAG_LEAF, None, &node_ref(cell), out),
                 Node::Branch { .. } => put_entry(TAG_BRANCH, None, &node_ref(cell), out),
                 Node::Extension { path, child } => {
                     put_entry(TAG_EXTENSION, Some(path), &child_ref(child), out)
@@ -1939,15 +1946,15 @@ fn prune<V: TrieValue>(child: &Child<V>, depth: usize, keep: usize) -> Child<V> 
     let stored = cell.has(STORED);
     let node = match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Leaf { .. } if stored && depth >= keep => return Child::Stored(StoredKind::Leaf, r),
+        Node::Leaf(..) if stored && depth >= keep => return Child::Stored(StoredKind::Leaf, r),
         Node::Branch { .. } if stored && depth >= keep => {
             return Child::Stored(StoredKind::Branch, r)
         }
-        Node::Leaf { .. } if !stored => return child.clone(),
-        Node::Leaf { path, value } => Node::Leaf {
+        Node::Leaf(..) if !stored => return child.clone(),
+        Node::Leaf(Leaf { path, value }) => Node::Leaf(Leaf {
             path: path.clone(),
             value: value.pruned(),
-        },
+        }),
         Node::Extension { path, child } => Node::Extension {
             path: path.clone(),
             child: prune(child, depth + path.len(), keep),
@@ -1989,8 +1996,8 @@ fn prune_mut<V: TrieValue>(
     let stored = arc.has(STORED);
     let r = node_ref(arc);
     let kind = match &arc.node {
-        Node::Leaf { .. } if !stored => return,
-        Node::Leaf { .. } => Some(StoredKind::Leaf),
+        Node::Leaf(..) if !stored => return,
+        Node::Leaf(..) => Some(StoredKind::Leaf),
         Node::Branch { .. } => Some(StoredKind::Branch),
         _ => None,
     };
@@ -2003,7 +2010,7 @@ fn prune_mut<V: TrieValue>(
         return;
     };
     match &mut cell.node {
-        Node::Leaf { value, .. } => *value = value.pruned(),
+        Node::Leaf(Leaf { value, .. }) => *value = value.pruned(),
         Node::Extension { path, child } => prune_mut(child, depth + path.len(), keep, dropped),
         Node::Branch { children } => {
             // Only the slots the records walk passed (`Cell::walked_slots`); the others stay
@@ -2168,7 +2175,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
             return;
         }
         match &cell.node {
-            Node::Leaf { path, value } => {
+            Node::Leaf(Leaf { path, value }) => {
                 let n = self.pos.len();
                 self.pos.extend_from_slice(path);
                 (self.leaves)(&self.pos, value);
@@ -2230,7 +2237,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
         cell.flags.store(flags | STORED, Ordering::Relaxed);
         if let Child::Mem(_, len, _) = child {
             match &cell.node {
-                Node::Leaf { .. } => len.mark_stored(StoredKind::Leaf),
+                Node::Leaf(..) => len.mark_stored(StoredKind::Leaf),
                 Node::Branch { .. } => len.mark_stored(StoredKind::Branch),
                 _ => {}
             }
@@ -2274,7 +2281,7 @@ impl<'w, 'a, V: TrieValue> DirtyWalk<'w, 'a, V> {
 /// the loaded entries).
 pub fn loaded_ref<V: TrieValue>(node: LoadedNode<V>) -> NodeRef {
     node_ref(&Cell::new(match node {
-        LoadedNode::Leaf { path, value } => Node::Leaf { path, value },
+        LoadedNode::Leaf { path, value } => Node::Leaf(Leaf { path, value }),
         LoadedNode::Branch { children } => Node::Branch { children },
     }))
 }
@@ -2465,7 +2472,7 @@ pub fn drop_subtrees<V: TrieValue>(roots: Vec<Child<V>>) {
                         next.push(a);
                     }
                 }
-                Node::Leaf { value, .. } => {
+                Node::Leaf(Leaf { value, .. }) => {
                     value.prefetch();
                     values.push_back(value);
                     if values.len() > CELL_AHEAD {
@@ -2566,7 +2573,7 @@ fn prefetch_slots<V>(c: &Cell<V>, mask: u16) {
 /// value's own lines (see [`TrieValue::prefetch`]); a hint only (reads the cell).
 fn prefetch_box_or_value<V: TrieValue>(c: &Cell<V>) {
     match &c.node {
-        Node::Leaf { value, .. } => value.prefetch(),
+        Node::Leaf(Leaf { value, .. }) => value.prefetch(),
         _ => prefetch_children_box(c),
     }
 }
@@ -2641,7 +2648,7 @@ fn collect_dirty<'a, V: TrieValue>(
                 continue;
             }
             match &cell.node {
-                Node::Leaf { value, .. } => values.push(value),
+                Node::Leaf(Leaf { value, .. }) => values.push(value),
                 Node::Extension { child, .. } => {
                     if let Child::Mem(c, ..) = child {
                         next.push(&**c);
@@ -2668,7 +2675,7 @@ fn collect_dirty<'a, V: TrieValue>(
 fn encode<V: TrieValue>(cell: &Cell<V>, out: &mut Vec<u8>) {
     match &cell.node {
         Node::Hole => unreachable!("a hole only exists while its node is rebuilt"),
-        Node::Leaf { path, value } => {
+        Node::Leaf(Leaf { path, value }) => {
             // The value's bytes straight into `out` (no buffer of their own).
             let start = out.len();
             value.leaf_bytes(out);
@@ -2779,15 +2786,49 @@ mod tests {
         }
     }
 
+    /// The account trie's cell layout the walks and the allocator count on: an account leaf's
+    /// path at the start of the allocation's second line (one `prefetch_cell` asks for, with
+    /// the node's kind), and the `Arc`'s allocation within mimalloc's 320-byte class.
+    #[test]
+    fn an_account_leaf_cell_keeps_its_path_on_the_first_lines() {
+        use crate::account::{Account, AccountLeaf};
+        let cell = Cell::new(Node::Leaf(Leaf {
+            path: Nibbles::from(&[1u8, 2][..]),
+            value: AccountLeaf {
+                account: Account {
+                    nonce: 1,
+                    balance: [0; 32],
+                    code_hash: crate::keccak::KECCAK_EMPTY,
+                },
+                storage: crate::storage_trie::StorageTrie::new(),
+            },
+        }));
+        let base = Arc::as_ptr(&cell) as usize;
+        let Node::Leaf(leaf) = &cell.node else {
+            unreachable!()
+        };
+        let path_start = &leaf.path as *const Nibbles as usize - base;
+        // The counts take 16 bytes before the cell; lines from the allocation's start. A path
+        // of up to 60 nibbles (an account leaf's, below the root) then ends on line 1.
+        assert!(
+            (64..=72).contains(&(16 + path_start)),
+            "path starts at byte {} of the allocation",
+            16 + path_start
+        );
+        assert!(16 + std::mem::size_of::<Cell<AccountLeaf>>() <= 320);
+    }
+
     /// A stored node loaded to be written starts as one loaded clean and then touched (the
     /// path an insertion took before session 33): no reference, no flag, no dirty slot,
     /// every slot unpruned; so the roots and the pruning see the same masks either way.
     #[test]
     fn a_node_loaded_for_a_write_is_a_clean_node_touched() {
         let r = NodeRef::from_rlp(&[0xc2, 0x80, 0x80]);
-        let leaf = || Node::Leaf {
-            path: Nibbles::from(&[1u8, 2, 3][..]),
-            value: Raw(vec![7; 40]),
+        let leaf = || {
+            Node::Leaf(Leaf {
+                path: Nibbles::from(&[1u8, 2, 3][..]),
+                value: Raw(vec![7; 40]),
+            })
         };
         let mut clean = Cell::clean(leaf(), r, STORED);
         let clean = Arc::get_mut(&mut clean).expect("unique");
@@ -2818,7 +2859,7 @@ mod tests {
             for k in kids {
                 if let Child::Mem(kc, len, _) = k {
                     let kind = match &kc.node {
-                        Node::Leaf { .. } => Some(StoredKind::Leaf),
+                        Node::Leaf(..) => Some(StoredKind::Leaf),
                         Node::Branch { .. } => Some(StoredKind::Branch),
                         _ => None,
                     };
@@ -3017,7 +3058,7 @@ mod tests {
     fn leaf_cells<V>(c: &Child<V>, out: &mut std::collections::HashSet<usize>) {
         let Child::Mem(cell, ..) = c else { return };
         match &cell.node {
-            Node::Leaf { .. } => {
+            Node::Leaf(..) => {
                 out.insert(Arc::as_ptr(cell) as usize);
             }
             Node::Extension { child, .. } => leaf_cells(child, out),
@@ -3123,10 +3164,10 @@ mod tests {
                 for path_len in [0usize, 1, 2, 7, 64] {
                     let value: Vec<u8> = (0..len).map(|i| first.wrapping_add(i as u8)).collect();
                     let path: Vec<u8> = (0..path_len).map(|i| (i * 7 % 16) as u8).collect();
-                    let cell = Cell::new(Node::Leaf {
+                    let cell = Cell::new(Node::Leaf(Leaf {
                         path: path[..].into(),
                         value: Raw(value.clone()),
-                    });
+                    }));
                     let mut got = vec![0xAA, 0xBB];
                     encode(&cell, &mut got);
                     let mut via_encode_leaf = vec![0xAA, 0xBB];
@@ -3479,7 +3520,7 @@ mod tests {
                             Child::Stored(StoredKind::Leaf, _) => 0,
                             Child::Stored(StoredKind::Branch, _) => 1,
                             Child::Mem(m, ..) => match &m.node {
-                                Node::Leaf { .. } => 2,
+                                Node::Leaf(..) => 2,
                                 Node::Branch { .. } => 3,
                                 _ => 4,
                             },
