@@ -888,9 +888,13 @@ fn account_ops<'m>(
         }
         // The leaves' cells went cold since the walk that found them: the lines the next
         // accounts read are asked for a few accounts ahead (the leaf, then the root of its
-        // storage trie, whose address is in the leaf).
+        // storage trie, whose address is in the leaf). The account's own lines are asked for
+        // by name: they lie at the leaf's end, after its inline slot, and with the leaf's lines
+        // alone `Account::to_store` still waited on them (1.95% of a 10,000-block run's
+        // samples, 0.28% with them; session 45).
         if let Some((_, l)) = unstored.get(next + 16) {
             proofkit_core::memory::prefetch_read_all(*l);
+            proofkit_core::memory::prefetch_read_all(&l.account);
         }
         if let Some((_, l)) = unstored.get(next + 8) {
             l.storage.prefetch_root();
