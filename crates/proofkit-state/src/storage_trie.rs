@@ -16,10 +16,9 @@ use crate::keccak::{keccak256, B256};
 use crate::keccak_x8::keccak256_batch;
 use crate::state::pack;
 use crate::trie::{
-    encode_leaf, nibbles, ChildEntry, LoadError, Loader, Lookup, NoLoader, NodeRef, Threads, Trie,
-    TrieValue,
+    copied_ref, copy_ref, duplicate_copy, nibbles, wrap_leaf_value, ChildEntry, CopyHash, CopyLen,
+    LoadError, Loader, Lookup, NoLoader, NodeRef, StoredKind, Threads, Trie, TrieValue,
 };
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// The storage trie of an account: a [`Trie`], or its one slot held inline.
 #[derive(Clone)]
@@ -28,31 +27,26 @@ pub enum StorageTrie {
     One(OneSlot),
 }
 
-/// A storage trie of one slot written in memory: its hashed slot, its value, and its root
-/// hash once computed. Set through shared references (the roots are hashed on several
-/// threads, the records walk marks what it stored), hence the atomics; the values a write
-/// makes are new `OneSlot`s.
+/// A storage trie of one slot written in memory: its hashed slot, its value, and its root's
+/// reference once computed, held as a trie slot holds a child's copied reference ([`CopyLen`],
+/// [`CopyHash`]: set through shared references, since the roots are hashed on several threads,
+/// and marked stored by the records walk, so that pruning may turn it into that reference).
+/// The values a write makes are new `OneSlot`s.
 pub struct OneSlot {
-    hash: [AtomicU64; 4],
+    root_len: CopyLen,
+    root: CopyHash,
     slot: B256,
     value: StorageValue,
-    flags: AtomicU8,
 }
-
-/// [`OneSlot::flags`]: the root hash is set (release after the hash's words; read with acquire).
-const HASHED: u8 = 1;
-/// [`OneSlot::flags`]: the records walk wrote this state of the account (its slot is in the
-/// store), so pruning may turn it into its root's reference.
-const STORED: u8 = 2;
 
 impl Clone for OneSlot {
     fn clone(&self) -> Self {
-        let flags = self.flags.load(Ordering::Acquire);
+        let (root_len, root) = duplicate_copy(&self.root_len, &self.root);
         OneSlot {
-            hash: std::array::from_fn(|i| AtomicU64::new(self.hash[i].load(Ordering::Relaxed))),
+            root_len,
+            root,
             slot: self.slot,
             value: self.value,
-            flags: AtomicU8::new(flags),
         }
     }
 }
@@ -60,10 +54,10 @@ impl Clone for OneSlot {
 impl OneSlot {
     fn new(slot: B256, value: StorageValue) -> Self {
         OneSlot {
-            hash: Default::default(),
+            root_len: CopyLen::none(),
+            root: CopyHash::none(),
             slot,
             value,
-            flags: AtomicU8::new(0),
         }
     }
 
@@ -72,30 +66,29 @@ impl OneSlot {
         path.len() == 64 && pack(path) == self.slot
     }
 
-    /// Appends the RLP of the leaf that is the whole trie.
+    /// Appends the RLP of the leaf that is the whole trie (the value's bytes straight into
+    /// `out`, as the trie encodes a leaf).
     fn encode(&self, out: &mut Vec<u8>) {
-        let mut value = Vec::with_capacity(34);
-        self.value.leaf_bytes(&mut value);
-        encode_leaf(&nibbles(&self.slot), &value, out);
+        let start = out.len();
+        self.value.leaf_bytes(out);
+        wrap_leaf_value(&nibbles(&self.slot), start, out);
     }
 
+    /// The root hash, if computed (a leaf over 64 nibbles is over 32 bytes: always a hash).
     fn cached_hash(&self) -> Option<B256> {
-        if self.flags.load(Ordering::Acquire) & HASHED == 0 {
-            return None;
-        }
-        let mut h = [0u8; 32];
-        for (i, w) in self.hash.iter().enumerate() {
-            h[8 * i..8 * i + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-        }
-        Some(h)
+        copied_ref(&self.root_len, &self.root).map(|r| r.bytes().try_into().expect("a hash"))
     }
 
     fn set_hash(&self, h: &B256) {
-        for (i, w) in self.hash.iter().enumerate() {
-            let word = u64::from_le_bytes(h[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-            w.store(word, Ordering::Relaxed);
-        }
-        self.flags.fetch_or(HASHED, Ordering::Release);
+        copy_ref(
+            &self.root_len,
+            &self.root,
+            &NodeRef::from_bytes(h).expect("32 bytes"),
+        );
+    }
+
+    fn is_stored(&self) -> bool {
+        self.root_len.stored_kind().is_some()
     }
 
     fn root_hash(&self) -> B256 {
@@ -249,7 +242,9 @@ impl StorageTrie {
         match self {
             StorageTrie::Trie(t) => t.take_dirty(f),
             StorageTrie::One(o) => {
-                o.flags.fetch_or(STORED, Ordering::Release);
+                // The mark needs the reference (the roots computed it at the block's commit).
+                o.root_hash();
+                o.root_len.mark_stored(StoredKind::Leaf);
             }
         }
     }
@@ -260,7 +255,7 @@ impl StorageTrie {
     pub fn pruned(&self) -> StorageTrie {
         match self {
             StorageTrie::Trie(t) => StorageTrie::Trie(t.pruned(0)),
-            StorageTrie::One(o) if o.flags.load(Ordering::Acquire) & STORED != 0 => {
+            StorageTrie::One(o) if o.is_stored() => {
                 StorageTrie::from_entry(self.root_entry().as_ref())
             }
             StorageTrie::One(_) => self.clone(),

@@ -382,6 +382,11 @@ impl<V> Child<V> {
 }
 
 impl CopyLen {
+    /// No copy.
+    pub(crate) fn none() -> Self {
+        CopyLen(AtomicU8::new(0))
+    }
+
     /// Whether the slot holds a copy (a hint's test: no ordering with the bytes).
     fn is_set(&self) -> bool {
         self.0.load(Ordering::Relaxed) & COPY_LEN_BITS != 0
@@ -390,7 +395,7 @@ impl CopyLen {
     /// Marks the child of a slot with a copy as stored, of kind `kind` (nothing without a
     /// copy: pruning needs the reference). A release store after an acquire load, so that a
     /// thread that sees the mark sees the copy's bytes (whoever wrote them).
-    fn mark_stored(&self, kind: StoredKind) {
+    pub(crate) fn mark_stored(&self, kind: StoredKind) {
         let v = self.0.load(Ordering::Acquire);
         if v & COPY_LEN_BITS != 0 {
             let bits = match kind {
@@ -402,7 +407,7 @@ impl CopyLen {
     }
 
     /// The kind of the child, if [`CopyLen::mark_stored`] marked it stored.
-    fn stored_kind(&self) -> Option<StoredKind> {
+    pub(crate) fn stored_kind(&self) -> Option<StoredKind> {
         let v = self.0.load(Ordering::Relaxed);
         match (v & SLOT_STORED != 0, v & SLOT_BRANCH != 0) {
             (false, _) => None,
@@ -412,8 +417,23 @@ impl CopyLen {
     }
 }
 
+/// A copy and its marks as they are, for a value that carries one beside its own data
+/// ([`crate::storage_trie::OneSlot`]; a slot's clone takes the reference only).
+pub(crate) fn duplicate_copy(len: &CopyLen, hash: &CopyHash) -> (CopyLen, CopyHash) {
+    let v = len.0.load(Ordering::Acquire);
+    let words = std::array::from_fn(|i| AtomicU64::new(hash.0[i].load(Ordering::Relaxed)));
+    (CopyLen(AtomicU8::new(v)), CopyHash(words))
+}
+
+impl CopyHash {
+    /// No bytes yet.
+    pub(crate) fn none() -> Self {
+        CopyHash(Default::default())
+    }
+}
+
 /// The copy of a child's reference in its slot, if set.
-fn copied_ref(len: &CopyLen, hash: &CopyHash) -> Option<NodeRef> {
+pub(crate) fn copied_ref(len: &CopyLen, hash: &CopyHash) -> Option<NodeRef> {
     let n = len.0.load(Ordering::Acquire) & COPY_LEN_BITS;
     if n == 0 {
         return None;
@@ -426,7 +446,7 @@ fn copied_ref(len: &CopyLen, hash: &CopyHash) -> Option<NodeRef> {
 }
 
 /// Sets the copy of a child's reference in its slot.
-fn copy_ref(len: &CopyLen, hash: &CopyHash, r: &NodeRef) {
+pub(crate) fn copy_ref(len: &CopyLen, hash: &CopyHash, r: &NodeRef) {
     for (b, w) in r.buf.chunks_exact(8).zip(&hash.0) {
         w.store(
             u64::from_le_bytes(b.try_into().expect("8 bytes")),
@@ -2698,7 +2718,7 @@ pub fn encode_leaf(path: &[u8], value: &[u8], out: &mut Vec<u8>) {
 
 /// Turns the value bytes at `out[start..]` into the RLP of a leaf node over `path`: the
 /// headers are written after the value and rotated in front of it.
-fn wrap_leaf_value(path: &[u8], start: usize, out: &mut Vec<u8>) {
+pub(crate) fn wrap_leaf_value(path: &[u8], start: usize, out: &mut Vec<u8>) {
     let value_end = out.len();
     let value_len = value_end - start;
     let hp = HexPrefix::new(path, true);
