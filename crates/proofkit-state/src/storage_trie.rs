@@ -12,8 +12,7 @@
 #![deny(unsafe_code)]
 
 use crate::account::StorageValue;
-use crate::keccak::{keccak256, B256};
-use crate::keccak_x8::keccak256_batch;
+use crate::keccak::{keccak256, keccak256_many, B256};
 use crate::state::pack;
 use crate::trie::{
     copied_ref, copy_ref, duplicate_copy, nibbles, wrap_leaf_value, ChildEntry, CopyHash, CopyLen,
@@ -296,22 +295,14 @@ impl StorageTrie {
             return;
         }
         let mut rlp = Vec::with_capacity(ones.len() * 72);
-        let mut ends = Vec::with_capacity(ones.len());
+        let mut bounds = Vec::with_capacity(ones.len() + 1);
+        bounds.push(0);
         for o in &ones {
             o.encode(&mut rlp);
-            ends.push(rlp.len());
+            bounds.push(rlp.len());
         }
-        let msgs: Vec<&[u8]> = ends
-            .iter()
-            .scan(0, |start, &end| {
-                let m = &rlp[*start..end];
-                *start = end;
-                Some(m)
-            })
-            .collect();
-        let mut hashes = vec![[0u8; 32]; ones.len()];
-        keccak256_batch(&msgs, &mut hashes);
-        for (o, h) in ones.iter().zip(&hashes) {
+        let msgs: Vec<&[u8]> = bounds.windows(2).map(|b| &rlp[b[0]..b[1]]).collect();
+        for (o, h) in ones.iter().zip(&keccak256_many(&msgs)) {
             o.set_hash(h);
         }
     }
