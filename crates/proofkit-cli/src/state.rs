@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// lag each block takes its parent's trie over and changes its nodes in place
     #[arg(long)]
     keep_parent_states: bool,
+    /// Leave the finalization's thread at normal priority (by default it runs in Linux's
+    /// SCHED_IDLE class, so that the next blocks' threads take a core from it at once)
+    #[arg(long)]
+    normal_priority_job: bool,
     /// In memory: GB of the page store backed with memory before the clock starts, as
     /// Paprika's runner clears its 18 GB database first (0: pages backed as they are written)
     #[arg(long, default_value_t = 0.0)]
@@ -235,6 +239,7 @@ fn bench(a: BenchArgs) -> CliResult {
         pipeline: !a.no_pipeline,
         keep_parent_states,
         prefault_bytes: (a.prefault_gb * 1e9) as usize,
+        idle_priority_job: !a.normal_priority_job,
     };
     let pb = progress_bar(a.blocks, "state bench", a.json);
     // The kernel keeps no high-water mark of USS: sampled (a read of smaps_rollup took 0.15
@@ -415,6 +420,7 @@ pub fn main_bench(json: bool) -> CliResult {
         cached_levels: 6,
         no_pipeline: false,
         keep_parent_states: false,
+        normal_priority_job: false,
         prefault_gb: 0.0,
         keep: false,
         json,

@@ -49,6 +49,25 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// Puts the calling thread in Linux's `SCHED_IDLE` class: it runs only when no other thread
+/// wants the core, and any thread that wakes takes the core from it at once. Returns false
+/// when the OS refuses; a hint, never a requirement.
+pub fn set_current_thread_idle() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sched_param is plain data (zero priority, as SCHED_IDLE requires); the call
+        // only reads it, for the calling thread (pid 0).
+        unsafe {
+            let param: libc::sched_param = std::mem::zeroed();
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -59,5 +78,21 @@ mod tests {
             .join()
             .unwrap();
         assert!(ok);
+    }
+
+    /// The thread is in `SCHED_IDLE` afterwards (the kernel says so), and only that thread.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_thread_can_go_idle_priority() {
+        // SAFETY: sched_getscheduler(0) only reads the calling thread's policy.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let before = policy();
+        let (ok, after) = std::thread::spawn(move || (super::set_current_thread_idle(), policy()))
+            .join()
+            .unwrap();
+        assert!(ok);
+        assert_eq!(after, libc::SCHED_IDLE);
+        assert_eq!(policy(), before);
+        assert_ne!(before, libc::SCHED_IDLE);
     }
 }

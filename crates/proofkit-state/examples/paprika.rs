@@ -29,6 +29,7 @@ fn main() {
         pipeline: env("PK_PIPELINE", 1) != 0,
         keep_parent_states: env("PK_KEEP_PARENT_STATES", 0) != 0,
         prefault_bytes: env::<usize>("PK_PREFAULT_MB", 0) << 20,
+        idle_priority_job: env("PK_IDLE_PRIORITY_JOB", 1) != 0,
     };
     let start = std::time::Instant::now();
     println!("At Block | Avg speed (blocks/s) | Space used (GB) | New pages P90 | Pages reused P90 | Total pages P90 | peak RSS (KiB) | block ms (median) | CPU s | wall s");

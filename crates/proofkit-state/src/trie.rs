@@ -1005,65 +1005,138 @@ impl<V: TrieValue> Trie<V> {
     /// Returns, for each path, the stored node its write will load first: its depth (the
     /// length of its position) and kind.
     pub fn prefetch_paths(&self, paths: &[&[u8]]) -> Vec<Option<(usize, StoredKind)>> {
-        enum At<'a, V> {
-            Node(&'a Cell<V>, usize),
-            Slot(&'a Children<V>, usize),
+        match &self.root {
+            Some(Child::Mem(root, ..)) => prefetch_paths_from(
+                paths.iter().map(|_| Some(At::Node(root, 0))).collect(),
+                paths,
+            ),
+            Some(Child::Stored(kind, _)) => vec![Some((0, *kind)); paths.len()],
+            None => vec![None; paths.len()],
         }
-        let mut stored = vec![None; paths.len()];
-        let root = match &self.root {
-            Some(Child::Mem(root, ..)) => root,
-            Some(Child::Stored(kind, _)) => return vec![Some((0, *kind)); paths.len()],
-            None => return stored,
-        };
-        let mut at: Vec<Option<At<'_, V>>> =
-            paths.iter().map(|_| Some(At::Node(root, 0))).collect();
-        let mut moving = true;
-        while moving {
-            moving = false;
-            for ((cursor, path), stored) in at.iter_mut().zip(paths).zip(&mut stored) {
-                let next = match cursor.take() {
-                    None => None,
-                    Some(At::Node(cell, d)) => match &cell.node {
-                        Node::Branch { children } if d < path.len() => {
-                            // The slot the write goes through (a write copies the whole
-                            // array when the node is shared, which a block that took its
-                            // parent's trie over seldom finds).
-                            prefetch_slots(cell, 1 << path[d]);
-                            Some(At::Slot(children, d))
-                        }
-                        Node::Extension { path: p, child } if path[d..].starts_with(p) => {
-                            match child {
-                                Child::Mem(c, ..) => {
-                                    prefetch_cell(c);
-                                    Some(At::Node(c, d + p.len()))
-                                }
-                                Child::Stored(kind, _) => {
-                                    *stored = Some((d + p.len(), *kind));
-                                    None
-                                }
-                            }
-                        }
-                        _ => None,
-                    },
-                    Some(At::Slot(children, d)) => match &children[path[d] as usize] {
-                        Some(Child::Mem(c, ..)) => {
-                            prefetch_cell(c);
-                            Some(At::Node(c, d + 1))
-                        }
-                        Some(Child::Stored(kind, _)) => {
-                            *stored = Some((d + 1, *kind));
-                            None
-                        }
-                        None => None,
-                    },
-                };
-                moving |= next.is_some();
-                *cursor = next;
-            }
-        }
-        stored
     }
 
+    /// The root branch's children, for writes below them on several threads (each slot's
+    /// subtree apart: [`upsert_below`], [`prefetch_paths_below`]): the root made writable
+    /// first (copied when shared, loaded when stored, its reference dropped) and its slots in
+    /// `written` marked written, as the writes through it would. `None` (nothing changed)
+    /// when the root is not a branch.
+    pub fn root_children_for_write(
+        &mut self,
+        written: u16,
+        loader: &dyn Loader<V>,
+    ) -> Result<Option<&mut Children<V>>, LoadError> {
+        let is_branch = match &self.root {
+            Some(Child::Stored(kind, _)) => *kind == StoredKind::Branch,
+            Some(Child::Mem(c, ..)) => matches!(c.node, Node::Branch { .. }),
+            None => false,
+        };
+        let Some(root) = self.root.as_mut().filter(|_| is_branch) else {
+            return Ok(None);
+        };
+        let cell = materialize_for_write(root, &[], loader)?;
+        cell.written(written);
+        match &mut cell.node {
+            Node::Branch { children } => Ok(Some(children)),
+            _ => unreachable!("a branch above"),
+        }
+    }
+}
+
+/// [`Trie::upsert_with`] for a path whose first nibble's slot in the root branch is `slot`
+/// (one of [`Trie::root_children_for_write`]'s children, marked written there).
+pub fn upsert_below<V: TrieValue>(
+    slot: &mut Option<Child<V>>,
+    path: &[u8],
+    value: V,
+    loader: &dyn Loader<V>,
+    merge: fn(V, V) -> V,
+    then: &mut dyn FnMut(&mut V) -> Result<(), LoadError>,
+) -> Result<(), LoadError> {
+    let mut pos = Vec::with_capacity(64);
+    pos.push(path[0]);
+    Insertion {
+        pos,
+        loader,
+        merge,
+        then,
+    }
+    .at_slot(slot, &path[1..], value)
+}
+
+/// [`Trie::prefetch_paths`] for paths whose first nibble's slot in the root branch is `slot`.
+pub fn prefetch_paths_below<V>(
+    slot: &Option<Child<V>>,
+    paths: &[&[u8]],
+) -> Vec<Option<(usize, StoredKind)>> {
+    match slot {
+        Some(Child::Mem(c, ..)) => {
+            prefetch_cell(c);
+            prefetch_paths_from(paths.iter().map(|_| Some(At::Node(c, 1))).collect(), paths)
+        }
+        Some(Child::Stored(kind, _)) => vec![Some((1, *kind)); paths.len()],
+        None => vec![None; paths.len()],
+    }
+}
+
+/// Where [`prefetch_paths_from`] is on a path: at a node, at depth `d`, or at the slot of a
+/// children array that the path's nibble `d` names.
+enum At<'a, V> {
+    Node(&'a Cell<V>, usize),
+    Slot(&'a Children<V>, usize),
+}
+
+/// [`Trie::prefetch_paths`] from the cursors `at`, one a path.
+fn prefetch_paths_from<'a, V>(
+    mut at: Vec<Option<At<'a, V>>>,
+    paths: &[&[u8]],
+) -> Vec<Option<(usize, StoredKind)>> {
+    let mut stored = vec![None; paths.len()];
+    let mut moving = true;
+    while moving {
+        moving = false;
+        for ((cursor, path), stored) in at.iter_mut().zip(paths).zip(&mut stored) {
+            let next = match cursor.take() {
+                None => None,
+                Some(At::Node(cell, d)) => match &cell.node {
+                    Node::Branch { children } if d < path.len() => {
+                        // The slot the write goes through (a write copies the whole
+                        // array when the node is shared, which a block that took its
+                        // parent's trie over seldom finds).
+                        prefetch_slots(cell, 1 << path[d]);
+                        Some(At::Slot(children, d))
+                    }
+                    Node::Extension { path: p, child } if path[d..].starts_with(p) => match child {
+                        Child::Mem(c, ..) => {
+                            prefetch_cell(c);
+                            Some(At::Node(c, d + p.len()))
+                        }
+                        Child::Stored(kind, _) => {
+                            *stored = Some((d + p.len(), *kind));
+                            None
+                        }
+                    },
+                    _ => None,
+                },
+                Some(At::Slot(children, d)) => match &children[path[d] as usize] {
+                    Some(Child::Mem(c, ..)) => {
+                        prefetch_cell(c);
+                        Some(At::Node(c, d + 1))
+                    }
+                    Some(Child::Stored(kind, _)) => {
+                        *stored = Some((d + 1, *kind));
+                        None
+                    }
+                    None => None,
+                },
+            };
+            moving |= next.is_some();
+            *cursor = next;
+        }
+    }
+    stored
+}
+
+impl<V: TrieValue> Trie<V> {
     /// The value at `path` for changing in place: nodes on the path shared with other versions
     /// are copied first (stored ones loaded), and their cached references dropped; `None` when
     /// absent (nothing is copied then).
@@ -2365,7 +2438,7 @@ fn hash_dirty<V: TrieValue>(root: &Cell<V>) {
 /// Calls `f` on every item, on this thread and on the rayon pool's other threads, each taking
 /// the next item when it is free: the caller starts at once and a thread of the pool joins
 /// when it wakes, instead of the caller waiting for the pool to start the job and split it.
-fn share_out<T: Sync>(items: &[T], f: impl Fn(&T) + Sync) {
+pub(crate) fn share_out<T: Sync>(items: &[T], f: impl Fn(&T) + Sync) {
     let next = AtomicUsize::new(0);
     let take = || {
         while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {

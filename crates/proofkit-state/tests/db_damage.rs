@@ -60,9 +60,16 @@ fn exercise(dir: &Path, verify: bool) -> bool {
             }
         }
     }
-    // A block on top, finalized: the writes must either land or give an error.
+    // A block on top, finalized: the writes must either land or give an error. Then many
+    // existing accounts with a slot each in one call (below the root's slots on two
+    // threads), through whatever the damage left of their stored nodes.
     if let Ok(mut b) = db.begin(fin) {
         b.writer.set_account(&addr(ACCOUNTS + 1), Some(account(1)));
+        let slot = [(u256(1), u256(9))];
+        let many: Vec<_> = (0..200)
+            .map(|i| (addr(i * 7), account(i), &slot[..]))
+            .collect();
+        b.writer.set_accounts_with_storage(&many);
         if let Ok((id, _)) = db.commit(b) {
             let _ = db.finalize(id).and_then(|_| db.sync());
         }
