@@ -936,23 +936,29 @@ fn prefetch_stored(
     haddrs: &[B256],
     stored: Vec<Option<(usize, StoredKind)>>,
 ) {
-    {
-        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(2 * haddrs.len());
-        for ((path, haddr), stored) in path_refs.iter().zip(haddrs).zip(stored) {
-            let Some((depth, kind)) = stored else {
-                continue;
-            };
-            keys.push(match kind {
-                // No record there: its children's keys lie from here on.
-                StoredKind::Branch if is_recordless(depth) => pad(&path[..depth]).to_vec(),
-                StoredKind::Branch => record_key(None, &path[..depth]),
-                StoredKind::Leaf => pad(&path[..depth]).to_vec(),
-            });
-            keys.push(haddr.to_vec());
-        }
-        let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        let _ = base.prefetch_many(&key_refs);
+    // The keys in one buffer (at most 33 bytes each), not two heap buffers an account.
+    let mut keys: Vec<([u8; 33], usize)> = Vec::with_capacity(2 * haddrs.len());
+    for ((path, haddr), stored) in path_refs.iter().zip(haddrs).zip(stored) {
+        let Some((depth, kind)) = stored else {
+            continue;
+        };
+        let mut key = [0; 33];
+        key[..32].copy_from_slice(&pad(&path[..depth]));
+        keys.push(match kind {
+            // A record's key: the padded path and its length.
+            StoredKind::Branch if !is_recordless(depth) => {
+                key[32] = depth as u8;
+                (key, 33)
+            }
+            // No record there (or a leaf): its keys lie from the padded path on.
+            _ => (key, 32),
+        });
+        let mut account = [0; 33];
+        account[..32].copy_from_slice(haddr);
+        keys.push((account, 32));
     }
+    let key_refs: Vec<&[u8]> = keys.iter().map(|(k, n)| &k[..*n]).collect();
+    let _ = base.prefetch_many(&key_refs);
 }
 
 impl State {
