@@ -749,12 +749,9 @@ impl State {
     /// [`crate::store::Snapshot::prefetch_many`]). Changes nothing; a damaged page is left to
     /// the writes to report.
     pub fn prefetch_accounts(&self, haddrs: &[B256]) {
-        let paths: Vec<[u8; 64]> = haddrs.iter().map(nibbles).collect();
-        let path_refs: Vec<&[u8]> = paths.iter().map(|p| &p[..]).collect();
-        let stored = self.accounts.prefetch_paths(&path_refs);
-        if let Some(base) = &self.base {
-            prefetch_stored(base, &path_refs, haddrs, stored);
-        }
+        hint_writes(self.base.as_deref(), haddrs, |paths| {
+            self.accounts.prefetch_paths(paths)
+        });
     }
 
     /// [`State::set_account_with_storage_hashed`] for each of `items` (hashed address,
@@ -776,6 +773,7 @@ impl State {
         if items.len() >= PARALLEL_WRITES && rayon::current_num_threads() > 1 {
             let nibbles_written = items.iter().fold(0u16, |m, (h, ..)| m | 1 << (h[0] >> 4));
             let base = self.base.as_deref();
+            // The root is an account-trie node: the storage loader (for an address) is unused.
             let children = with_loaders(base, &[0; 32], |aloader, _| {
                 self.accounts
                     .root_children_for_write(nibbles_written, aloader)
@@ -894,12 +892,9 @@ fn write_below_root(
         } = &mut *part;
         for group in indices.chunks(WRITE_GROUP) {
             let haddrs: Vec<B256> = group.iter().map(|&i| items[i].0).collect();
-            let paths: Vec<[u8; 64]> = haddrs.iter().map(nibbles).collect();
-            let path_refs: Vec<&[u8]> = paths.iter().map(|p| &p[..]).collect();
-            let stored = crate::trie::prefetch_paths_below(slot, &path_refs);
-            if let Some(base) = base {
-                prefetch_stored(base, &path_refs, &haddrs, stored);
-            }
+            let paths = hint_writes(base, &haddrs, |paths| {
+                crate::trie::prefetch_paths_below(slot, paths)
+            });
             for (&i, path) in group.iter().zip(&paths) {
                 let (haddr, account, slots) = &items[i];
                 let result = with_loaders(base, haddr, |aloader, sloader| {
@@ -927,15 +922,21 @@ fn write_below_root(
     first_error
 }
 
-/// The store's side of [`State::prefetch_accounts`]: for each path, the record or the leaf
-/// of the stored node its write loads first (`stored`, from the trie's hints), and the
-/// account's own record.
-fn prefetch_stored(
-    base: &Snapshot,
-    path_refs: &[&[u8]],
+/// [`State::prefetch_accounts`] for the accounts `haddrs`, the trie's side given by
+/// `trie_hints` (over the accounts' paths; it returns the stored node each write loads first):
+/// then the store's side, for each path that record or leaf and the account's own record.
+/// Returns the paths.
+fn hint_writes(
+    base: Option<&Snapshot>,
     haddrs: &[B256],
-    stored: Vec<Option<(usize, StoredKind)>>,
-) {
+    trie_hints: impl FnOnce(&[&[u8]]) -> Vec<Option<(usize, StoredKind)>>,
+) -> Vec<[u8; 64]> {
+    let paths: Vec<[u8; 64]> = haddrs.iter().map(nibbles).collect();
+    let path_refs: Vec<&[u8]> = paths.iter().map(|p| &p[..]).collect();
+    let stored = trie_hints(&path_refs);
+    let Some(base) = base else {
+        return paths;
+    };
     // The keys in one buffer (at most 33 bytes each), not two heap buffers an account.
     let mut keys: Vec<([u8; 33], usize)> = Vec::with_capacity(2 * haddrs.len());
     for ((path, haddr), stored) in path_refs.iter().zip(haddrs).zip(stored) {
@@ -959,6 +960,7 @@ fn prefetch_stored(
     }
     let key_refs: Vec<&[u8]> = keys.iter().map(|(k, n)| &k[..*n]).collect();
     let _ = base.prefetch_many(&key_refs);
+    paths
 }
 
 impl State {

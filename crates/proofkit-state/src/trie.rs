@@ -1005,14 +1005,7 @@ impl<V: TrieValue> Trie<V> {
     /// Returns, for each path, the stored node its write will load first: its depth (the
     /// length of its position) and kind.
     pub fn prefetch_paths(&self, paths: &[&[u8]]) -> Vec<Option<(usize, StoredKind)>> {
-        match &self.root {
-            Some(Child::Mem(root, ..)) => prefetch_paths_from(
-                paths.iter().map(|_| Some(At::Node(root, 0))).collect(),
-                paths,
-            ),
-            Some(Child::Stored(kind, _)) => vec![Some((0, *kind)); paths.len()],
-            None => vec![None; paths.len()],
-        }
+        prefetch_paths_at(&self.root, 0, paths)
     }
 
     /// The root branch's children, for writes below them on several threads (each slot's
@@ -1068,12 +1061,24 @@ pub fn prefetch_paths_below<V>(
     slot: &Option<Child<V>>,
     paths: &[&[u8]],
 ) -> Vec<Option<(usize, StoredKind)>> {
+    prefetch_paths_at(slot, 1, paths)
+}
+
+/// [`Trie::prefetch_paths`] from `slot`, the child at depth `depth` on every path.
+fn prefetch_paths_at<V>(
+    slot: &Option<Child<V>>,
+    depth: usize,
+    paths: &[&[u8]],
+) -> Vec<Option<(usize, StoredKind)>> {
     match slot {
         Some(Child::Mem(c, ..)) => {
             prefetch_cell(c);
-            prefetch_paths_from(paths.iter().map(|_| Some(At::Node(c, 1))).collect(), paths)
+            prefetch_paths_from(
+                paths.iter().map(|_| Some(At::Node(c, depth))).collect(),
+                paths,
+            )
         }
-        Some(Child::Stored(kind, _)) => vec![Some((1, *kind)); paths.len()],
+        Some(Child::Stored(kind, _)) => vec![Some((depth, *kind)); paths.len()],
         None => vec![None; paths.len()],
     }
 }
