@@ -1595,7 +1595,7 @@ fn splice_leaf(
         Last::Put { key, .. } => shared_len(key, k),
         Last::Deleted { shared, .. } => shared.min(with_p),
     };
-    let mut i = first;
+    let (mut i, mut next_row) = (first, 0);
     while i < count {
         if ops.peek().is_none() && matches!(last, Last::Old) {
             // Past the ops, with the entry before this one as it was: every entry left keeps
@@ -1606,15 +1606,16 @@ fn splice_leaf(
             // leave a long last segment for every lookup (and splice) of the page until it is
             // encoded anew; else the walk goes on, choosing restarts as `encode_leaf` does,
             // and tries again at the next entry.
-            let rows = (0..restarts).skip_while(|&r| restart_at(old, r).1 < o);
-            let span = match (rows.clone().next(), rows.last()) {
-                (Some(r0), Some(rl)) if w.restarts + (rl + 1 - r0) <= RESTARTS => {
-                    let gap = w.o + (restart_at(old, r0).1 - o) - w.last_restart;
-                    (w.restarts == 0 || gap <= RESTART_SPACING + KEPT_GAP).then_some((r0, rl))
-                }
-                _ => None,
+            // The old rows from this entry on: `next_row` only moves forward, as `o` does.
+            while next_row < restarts && restart_at(old, next_row).1 < o {
+                next_row += 1;
+            }
+            let (r0, rl) = (next_row, restarts.saturating_sub(1));
+            let kept = r0 < restarts && w.restarts + (rl + 1 - r0) <= RESTARTS && {
+                let gap = w.o + (restart_at(old, r0).1 - o) - w.last_restart;
+                w.restarts == 0 || gap <= RESTART_SPACING + KEPT_GAP
             };
-            if let Some((r0, rl)) = span {
+            if kept {
                 let (head, at, index, h) = restart_entry(id, old, rl, count, &mut key)?;
                 // The rows taken over name entries in order from this one on (every entry
                 // takes three bytes or more), so that the new table's are in order too.
